@@ -1,0 +1,50 @@
+#pragma once
+// Element types of weight tensors, numbered as GGUF numbers them (ggml_type), so a tensor type
+// read from a file maps to this enum without a translation table.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hllm {
+
+enum class DType : std::uint32_t {
+  f32 = 0,
+  f16 = 1,
+  q4_0 = 2,
+  q4_1 = 3,
+  q8_0 = 8,
+  q4_k = 12,
+  q6_k = 14,
+  bf16 = 30,
+};
+
+struct DTypeInfo {
+  const char* name;
+  std::size_t block_elements;  // elements per block (1 for plain float types)
+  std::size_t block_bytes;     // bytes per block
+};
+
+// Block sizes from the GGUF specification: q8_0 = f16 scale + 32 int8; q4_0 = f16 scale + 16
+// bytes of nibbles; q4_1 adds an f16 min; q4_k and q6_k are 256-element super-blocks.
+inline bool dtype_info(DType type, DTypeInfo& info) noexcept {
+  switch (type) {
+    case DType::f32: info = {"F32", 1, 4}; return true;
+    case DType::f16: info = {"F16", 1, 2}; return true;
+    case DType::bf16: info = {"BF16", 1, 2}; return true;
+    case DType::q4_0: info = {"Q4_0", 32, 18}; return true;
+    case DType::q4_1: info = {"Q4_1", 32, 20}; return true;
+    case DType::q8_0: info = {"Q8_0", 32, 34}; return true;
+    case DType::q4_k: info = {"Q4_K", 256, 144}; return true;
+    case DType::q6_k: info = {"Q6_K", 256, 210}; return true;
+  }
+  return false;
+}
+
+inline std::string dtype_name(DType type) {
+  DTypeInfo info{};
+  if (dtype_info(type, info)) return info.name;
+  return "type#" + std::to_string(static_cast<std::uint32_t>(type));
+}
+
+}  // namespace hllm

@@ -1,0 +1,103 @@
+#pragma once
+// The generation loop: prefill a prompt, then alternately sample and decode until a stop
+// condition. It is a template over the session type so that it depends only on the two calls it
+// makes, not on the model code; tests drive it with a fake session.
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hllm/core/error.hpp"
+#include "hllm/generate/sampler.hpp"
+
+namespace hllm {
+
+struct GenerateOptions {
+  int max_tokens = 128;                   // generated tokens at most; 0 generates nothing
+  std::vector<std::int32_t> stop_tokens;  // e.g. EOS; sampling one ends generation
+};
+
+enum class StopReason { max_tokens, stop_token, callback };
+
+struct GenerateResult {
+  std::vector<std::int32_t> tokens;  // generated tokens, excluding the prompt and any stop token
+  StopReason reason;
+};
+
+// What generate() needs from a model session. Both calls return the logits of the last token
+// they processed; the span only has to stay valid until the next call on the session.
+template <class Session>
+concept GenerationSession = requires(Session& session, std::span<const std::int32_t> tokens,
+                                     std::int32_t token) {
+  { session.prefill(tokens) } -> std::convertible_to<std::span<const float>>;
+  { session.decode(token) } -> std::convertible_to<std::span<const float>>;
+};
+
+// Called with each generated token; returning false stops generation.
+// std::predicate: invocable, with a result usable as a bool.
+template <class F>
+concept TokenCallback = std::predicate<F&, std::int32_t>;
+
+// Generates up to opts.max_tokens tokens after `prompt`. Each step samples with history =
+// prompt + tokens generated so far, then:
+//   - a stop token ends generation (reason stop_token); it is neither passed to on_token nor
+//     included in the result;
+//   - otherwise the token is appended and passed to on_token; false ends generation (reason
+//     callback) with that token included;
+//   - reaching max_tokens ends generation (reason max_tokens);
+//   - otherwise the token is decoded and the loop continues.
+// The final token is never decoded, so no forward pass is wasted: prefill runs once and decode
+// runs once per generated token except the last. max_tokens == 0 returns at once without even a
+// prefill. Throws invalid_argument for an empty prompt or negative max_tokens; errors from the
+// session, the sampler or on_token propagate.
+template <GenerationSession Session, TokenCallback OnToken>
+GenerateResult generate(Session& session, std::span<const std::int32_t> prompt, Sampler& sampler,
+                        const GenerateOptions& opts, OnToken&& on_token) {
+  if (prompt.empty()) throw Error(ErrorKind::invalid_argument, "generate: prompt is empty");
+  if (opts.max_tokens < 0) {
+    throw Error(ErrorKind::invalid_argument,
+                "generate: max_tokens must be >= 0, got " + std::to_string(opts.max_tokens));
+  }
+
+  GenerateResult result{{}, StopReason::max_tokens};
+  if (opts.max_tokens == 0) return result;
+  const auto max_tokens = static_cast<std::size_t>(opts.max_tokens);
+
+  // The sampler wants one contiguous history, so the prompt is copied once up front.
+  std::vector<std::int32_t> history(prompt.begin(), prompt.end());
+  std::span<const float> logits = session.prefill(prompt);
+
+  while (true) {
+    const std::int32_t token = sampler.sample(logits, history);
+    if (std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(), token) !=
+        opts.stop_tokens.end()) {
+      result.reason = StopReason::stop_token;
+      return result;
+    }
+    history.push_back(token);
+    result.tokens.push_back(token);
+    if (!static_cast<bool>(std::invoke(on_token, token))) {
+      result.reason = StopReason::callback;
+      return result;
+    }
+    if (result.tokens.size() == max_tokens) {
+      result.reason = StopReason::max_tokens;
+      return result;
+    }
+    logits = session.decode(token);
+  }
+}
+
+// Same, without a per-token callback.
+template <GenerationSession Session>
+GenerateResult generate(Session& session, std::span<const std::int32_t> prompt, Sampler& sampler,
+                        const GenerateOptions& opts) {
+  return generate(session, prompt, sampler, opts, [](std::int32_t) { return true; });
+}
+
+}  // namespace hllm

@@ -1,0 +1,70 @@
+#pragma once
+// ModelConfig: every dimension and option of a Llama-family model, as runtime values (a GGUF
+// file fills one in), plus validation that names what is wrong.
+
+#include <cstdint>
+#include <string>
+
+#include "hllm/core/error.hpp"
+#include "hllm/nn/rope.hpp"
+
+namespace hllm {
+
+struct ModelConfig {
+  std::string name = "llama";
+  std::int64_t vocab_size = 0;
+  std::int64_t dim = 0;       // embedding / residual width
+  std::int64_t n_layers = 0;
+  std::int64_t n_heads = 0;
+  std::int64_t n_kv_heads = 0;  // = n_heads: MHA; divides n_heads: GQA; 1: MQA
+  std::int64_t head_dim = 0;    // 0: dim / n_heads
+  std::int64_t ffn_dim = 0;     // hidden width of the SwiGLU FFN
+  std::int64_t context_length = 0;  // the longest sequence the model was trained for
+  float rms_eps = 1e-5f;
+  RopeConfig rope;
+  std::int64_t sliding_window = 0;  // 0: none (Mistral 7B v0.1: 4096)
+  bool tied_embeddings = false;     // output projection = token embedding
+
+  std::int64_t resolved_head_dim() const { return head_dim != 0 ? head_dim : (n_heads > 0 ? dim / n_heads : 0); }
+  std::int64_t q_dim() const { return n_heads * resolved_head_dim(); }
+  std::int64_t kv_dim() const { return n_kv_heads * resolved_head_dim(); }
+
+  // Throws hllm::Error(invalid_argument) naming the first inconsistent field.
+  void validate() const {
+    auto positive = [&](std::int64_t value, const char* field) {
+      // 1<<24 bounds every dimension well above any real model but far below size_t
+      // overflow of products such as vocab × dim.
+      if (value <= 0 || value > (std::int64_t{1} << 24))
+        throw Error(ErrorKind::invalid_argument,
+                    "model config: " + std::string(field) + " = " + std::to_string(value) +
+                        " (must be in [1, 16777216])",
+                    {}, field);
+    };
+    positive(vocab_size, "vocab_size");
+    positive(dim, "dim");
+    positive(n_layers, "n_layers");
+    positive(n_heads, "n_heads");
+    positive(n_kv_heads, "n_kv_heads");
+    positive(ffn_dim, "ffn_dim");
+    positive(context_length, "context_length");
+    if (head_dim < 0) positive(head_dim, "head_dim");
+    if (head_dim == 0 && dim % n_heads != 0)
+      throw Error(ErrorKind::invalid_argument,
+                  "model config: dim (" + std::to_string(dim) + ") is not divisible by n_heads (" +
+                      std::to_string(n_heads) + ")",
+                  {}, "dim");
+    if (n_heads % n_kv_heads != 0)
+      throw Error(ErrorKind::invalid_argument,
+                  "model config: n_heads (" + std::to_string(n_heads) +
+                      ") is not divisible by n_kv_heads (" + std::to_string(n_kv_heads) + ")",
+                  {}, "n_kv_heads");
+    if (!(rms_eps > 0.0f))
+      throw Error(ErrorKind::invalid_argument, "model config: rms_eps must be positive", {}, "rms_eps");
+    if (sliding_window < 0)
+      throw Error(ErrorKind::invalid_argument, "model config: sliding_window must be >= 0", {},
+                  "sliding_window");
+    Rope(rope, resolved_head_dim());  // validates rot_dims, theta and scaling
+  }
+};
+
+}  // namespace hllm

@@ -1,0 +1,112 @@
+#pragma once
+// Llama<Spec>: token embedding → LlamaBlocks → final RMSNorm → output projection (its own matrix
+// or the embedding, tied). The model is immutable after construction and holds only read-only
+// weights, so any number of Sessions (model/session.hpp), on any threads, can share it.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hllm/core/aligned_buffer.hpp"
+#include "hllm/core/error.hpp"
+#include "hllm/kernels/reference.hpp"
+#include "hllm/model/config.hpp"
+#include "hllm/model/llama_block.hpp"
+#include "hllm/model/spec.hpp"
+#include "hllm/model/weights.hpp"
+#include "hllm/nn/kv_cache.hpp"
+#include "hllm/nn/rms_norm.hpp"
+#include "hllm/nn/rope.hpp"
+
+namespace hllm {
+
+// Per-sequence activations for a forward pass of up to max_tokens tokens.
+struct ForwardScratch {
+  ForwardScratch(const ModelConfig& c, std::size_t max_tokens, std::size_t half_rot)
+      : block(c, max_tokens),
+        residual(max_tokens * c.dim),
+        cos(max_tokens * half_rot),
+        sin(max_tokens * half_rot) {}
+  BlockScratch block;
+  AlignedBuffer<float> residual;  // [T][dim]
+  AlignedBuffer<float> cos;       // [T][rot_dims/2]
+  AlignedBuffer<float> sin;       // [T][rot_dims/2]
+};
+
+template <class Spec = DynamicSpec>
+class Llama {
+ public:
+  using spec_type = Spec;
+  using kv_type = typename Spec::kv_type;
+
+  Llama(ModelConfig config, ModelWeights weights)
+      : config_((config.validate(), Spec::check(config), std::move(config))),
+        weights_((validate_weights(config_, weights), std::move(weights))),
+        rope_(config_.rope, config_.resolved_head_dim()),
+        final_norm_(config_.rms_eps) {
+    blocks_.reserve(weights_.layers.size());
+    for (std::size_t l = 0; l < weights_.layers.size(); ++l)
+      blocks_.emplace_back(config_, weights_.layers[l], l);
+  }
+
+  const ModelConfig& config() const noexcept { return config_; }
+  const ModelWeights& weights() const noexcept { return weights_; }
+  const Rope& rope() const noexcept { return rope_; }
+  const std::vector<LlamaBlock<Spec>>& blocks() const noexcept { return blocks_; }
+  std::size_t vocab_size() const noexcept { return static_cast<std::size_t>(config_.vocab_size); }
+  const WeightTensor& output_weight() const noexcept {
+    return config_.tied_embeddings ? weights_.token_embedding : weights_.output;
+  }
+
+  // Throws out_of_range unless every id is a valid token of this model's vocabulary.
+  void check_tokens(std::span<const std::int32_t> tokens) const {
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] < 0 || tokens[i] >= config_.vocab_size)
+        throw Error(ErrorKind::out_of_range,
+                    "token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                        " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) +
+                        ")");
+  }
+
+  // Runs tokens (at most scratch's max_tokens) at positions start.. through the model, storing
+  // their keys/values in `cache`. logits: [n_tokens][vocab] if all_logits, else [vocab] for the
+  // last token only.
+  void forward(std::span<const std::int32_t> tokens, std::size_t start, KVCache<kv_type>& cache,
+               ForwardScratch& scratch, float* logits, bool all_logits) const {
+    const std::size_t n = tokens.size(), dim = static_cast<std::size_t>(config_.dim);
+    const std::size_t half_rot = rope_.rot_dims() / 2;
+    if (n == 0 || n > scratch.block.max_tokens)
+      throw Error(ErrorKind::internal, "forward chunk of " + std::to_string(n) + " tokens");
+    check_tokens(tokens);
+    cache.check_room(start, n);
+    float* x = scratch.residual.data();
+    for (std::size_t t = 0; t < n; ++t) {
+      reference::dequantize_row(weights_.token_embedding, static_cast<std::size_t>(tokens[t]),
+                                x + t * dim);
+      rope_.angles(static_cast<std::int64_t>(start + t), scratch.cos.data() + t * half_rot,
+                   scratch.sin.data() + t * half_rot);
+    }
+    for (const auto& block : blocks_)
+      block.forward(x, n, start, rope_, scratch.cos.data(), scratch.sin.data(), cache,
+                    scratch.block);
+    cache.advance(n);
+
+    const std::size_t first = all_logits ? 0 : n - 1;
+    float* normed = scratch.block.normed.data();
+    final_norm_.forward(matrix_view<const float>(x + first * dim, n - first, dim),
+                        weights_.output_norm.as<float>(), matrix_view(normed, n - first, dim));
+    reference::matmul(output_weight(), normed, n - first, logits);
+  }
+
+ private:
+  ModelConfig config_;
+  ModelWeights weights_;
+  Rope rope_;
+  RMSNorm final_norm_;
+  std::vector<LlamaBlock<Spec>> blocks_;
+};
+
+}  // namespace hllm

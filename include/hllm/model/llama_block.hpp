@@ -1,0 +1,127 @@
+#pragma once
+// One pre-norm Llama decoder block:
+//   h   = x + Wo · Attention(RoPE(Wq·n), RoPE(Wk·n), Wv·n),   n = RMSNorm(x)
+//   out = h + SwiGLU(RMSNorm(h))
+// The block owns no activations: the session's scratch holds them, so one block (and one model)
+// serves any number of sequences at once.
+
+#include <cstddef>
+#include <type_traits>
+
+#include "hllm/core/aligned_buffer.hpp"
+#include "hllm/core/tensor.hpp"
+#include "hllm/kernels/reference.hpp"
+#include "hllm/model/config.hpp"
+#include "hllm/model/spec.hpp"
+#include "hllm/model/weights.hpp"
+#include "hllm/nn/attention.hpp"
+#include "hllm/nn/kv_cache.hpp"
+#include "hllm/nn/rms_norm.hpp"
+#include "hllm/nn/rope.hpp"
+#include "hllm/nn/swiglu.hpp"
+
+namespace hllm {
+
+// Activations of one forward chunk of up to max_tokens tokens, allocated once per session.
+struct BlockScratch {
+  BlockScratch(const ModelConfig& c, std::size_t capacity_tokens)
+      : max_tokens(capacity_tokens),
+        normed(capacity_tokens * c.dim),
+        q(capacity_tokens * c.q_dim()),
+        k(capacity_tokens * c.kv_dim()),
+        v(capacity_tokens * c.kv_dim()),
+        attn(capacity_tokens * c.q_dim()),
+        projected(capacity_tokens * c.dim),
+        gate(capacity_tokens * c.ffn_dim),
+        up(capacity_tokens * c.ffn_dim) {}
+  std::size_t max_tokens;
+  AlignedBuffer<float> normed;     // [T][dim]
+  AlignedBuffer<float> q;          // [T][n_heads][head_dim]
+  AlignedBuffer<float> k;          // [T][n_kv_heads][head_dim]
+  AlignedBuffer<float> v;          // [T][n_kv_heads][head_dim]
+  AlignedBuffer<float> attn;       // [T][n_heads][head_dim]
+  AlignedBuffer<float> projected;  // [T][dim]
+  AlignedBuffer<float> gate;       // [T][ffn_dim]
+  AlignedBuffer<float> up;         // [T][ffn_dim]
+};
+
+template <class Spec = DynamicSpec>
+class LlamaBlock {
+ public:
+  using kv_type = typename Spec::kv_type;
+
+  LlamaBlock(const ModelConfig& config, const LayerWeights& weights, std::size_t layer_index)
+      : weights_(weights),
+        layer_(layer_index),
+        dim_(static_cast<std::size_t>(config.dim)),
+        n_heads_(static_cast<std::size_t>(config.n_heads)),
+        n_kv_heads_(static_cast<std::size_t>(config.n_kv_heads)),
+        norm_(config.rms_eps),
+        attention_({static_cast<std::size_t>(config.n_heads),
+                    static_cast<std::size_t>(config.n_kv_heads),
+                    static_cast<std::size_t>(config.resolved_head_dim()),
+                    static_cast<std::size_t>(config.sliding_window)}) {
+    if constexpr (!std::is_same_v<typename Spec::weight_type, AnyWeight>) {
+      constexpr DType want = WeightTensor::dtype_of<typename Spec::weight_type>();
+      for (const WeightTensor* t : {&weights.wq, &weights.wk, &weights.wv, &weights.wo,
+                                    &weights.ffn.gate, &weights.ffn.up, &weights.ffn.down})
+        if (t->type != want)
+          throw Error(ErrorKind::unsupported,
+                      "tensor is " + dtype_name(t->type) + " but this model type holds " +
+                          dtype_name(want) + " weights",
+                      {}, t->name);
+    }
+  }
+
+  std::size_t layer_index() const noexcept { return layer_; }
+  const Attention& attention() const noexcept { return attention_; }
+
+  // x: [n_tokens][dim], the residual stream, updated in place. Token t sits at position
+  // start + t; cos, sin: [n_tokens][rot_dims/2] for those positions.
+  void forward(float* x, std::size_t n_tokens, std::size_t start, const Rope& rope,
+               const float* cos, const float* sin, KVCache<kv_type>& cache,
+               BlockScratch& s) const {
+    const std::size_t dim = dim_(), head_dim = rope.head_dim();
+    const std::size_t q_width = n_heads_() * head_dim, kv_width = n_kv_heads_() * head_dim;
+    const std::size_t half_rot = rope.rot_dims() / 2;
+
+    norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.attn_norm.as<float>(),
+                  matrix_view(s.normed.data(), n_tokens, dim));
+    reference::matmul(weights_.wq, s.normed.data(), n_tokens, s.q.data());
+    reference::matmul(weights_.wk, s.normed.data(), n_tokens, s.k.data());
+    reference::matmul(weights_.wv, s.normed.data(), n_tokens, s.v.data());
+    for (std::size_t t = 0; t < n_tokens; ++t) {
+      rope.apply(s.q.data() + t * q_width, n_heads_(), cos + t * half_rot, sin + t * half_rot);
+      rope.apply(s.k.data() + t * kv_width, n_kv_heads_(), cos + t * half_rot, sin + t * half_rot);
+      cache.store(layer_, start + t, s.k.data() + t * kv_width, s.v.data() + t * kv_width);
+    }
+    // Causality inside the chunk comes for free: token t attends to positions <= start + t,
+    // all of which were stored above.
+    for (std::size_t t = 0; t < n_tokens; ++t)
+      attention_.forward(s.q.data() + t * q_width, start + t, cache, layer_,
+                         s.attn.data() + t * q_width);
+    reference::matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
+    add_into(x, s.projected.data(), n_tokens * dim);
+
+    norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm.as<float>(),
+                  matrix_view(s.normed.data(), n_tokens, dim));
+    SwiGLU::forward(weights_.ffn, s.normed.data(), n_tokens, s.projected.data(), s.gate.data(),
+                    s.up.data());
+    add_into(x, s.projected.data(), n_tokens * dim);
+  }
+
+ private:
+  static void add_into(float* x, const float* y, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+
+  LayerWeights weights_;
+  std::size_t layer_;
+  [[no_unique_address]] Size<Spec::dim> dim_;
+  [[no_unique_address]] Size<Spec::n_heads> n_heads_;
+  [[no_unique_address]] Size<Spec::n_kv_heads> n_kv_heads_;
+  RMSNorm norm_;
+  Attention attention_;
+};
+
+}  // namespace hllm

@@ -1,0 +1,93 @@
+#pragma once
+// Presets: the real dimensions of well-known checkpoints, as a runtime ModelConfig (config())
+// and as a ModelSpec type that fixes them (Llama<presets::TinyLlama_1_1B<>>).
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hllm/model/config.hpp"
+#include "hllm/model/spec.hpp"
+
+namespace hllm::presets {
+
+namespace detail {
+inline ModelConfig make(const char* name, std::int64_t vocab, std::int64_t dim, std::int64_t layers,
+                        std::int64_t heads, std::int64_t kv_heads, std::int64_t ffn,
+                        std::int64_t context, float theta) {
+  ModelConfig c;
+  c.name = name;
+  c.vocab_size = vocab;
+  c.dim = dim;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.ffn_dim = ffn;
+  c.context_length = context;
+  c.rope.theta = theta;
+  return c;
+}
+}  // namespace detail
+
+template <class W = AnyWeight, class KV = float>
+struct TinyLlama_1_1B : ModelSpec<W, KV, 2048, 22, 32, 4, 64, 5632, 32000> {
+  static ModelConfig config() {
+    return detail::make("tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f);
+  }
+};
+
+template <class W = AnyWeight, class KV = float>
+struct Llama2_7B : ModelSpec<W, KV, 4096, 32, 32, 32, 128, 11008, 32000> {
+  static ModelConfig config() {
+    return detail::make("llama-2-7b", 32000, 4096, 32, 32, 32, 11008, 4096, 10000.0f);
+  }
+};
+
+template <class W = AnyWeight, class KV = float>
+struct Llama3_8B : ModelSpec<W, KV, 4096, 32, 32, 8, 128, 14336, 128256> {
+  static ModelConfig config() {
+    return detail::make("llama-3-8b", 128256, 4096, 32, 32, 8, 14336, 8192, 500000.0f);
+  }
+};
+
+template <class W = AnyWeight, class KV = float>
+struct Llama3_2_1B : ModelSpec<W, KV, 2048, 16, 32, 8, 64, 8192, 128256> {
+  static ModelConfig config() {
+    ModelConfig c = detail::make("llama-3.2-1b", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f);
+    c.tied_embeddings = true;
+    c.rope.scaling = {.type = RopeScalingType::llama3,
+                      .factor = 32.0f,
+                      .original_context = 8192,
+                      .low_freq_factor = 1.0f,
+                      .high_freq_factor = 4.0f};
+    return c;
+  }
+};
+
+template <class W = AnyWeight, class KV = float>
+struct Mistral_7B : ModelSpec<W, KV, 4096, 32, 32, 8, 128, 14336, 32000> {
+  static ModelConfig config() {
+    ModelConfig c = detail::make("mistral-7b", 32000, 4096, 32, 32, 8, 14336, 32768, 10000.0f);
+    c.sliding_window = 4096;
+    return c;
+  }
+};
+
+// Runtime lookup by name (as the benchmark's --preset flag spells them).
+inline std::vector<std::string> names() {
+  return {"tinyllama-1.1b", "llama-2-7b", "llama-3-8b", "llama-3.2-1b", "mistral-7b"};
+}
+
+inline ModelConfig by_name(std::string_view name) {
+  if (name == "tinyllama-1.1b") return TinyLlama_1_1B<>::config();
+  if (name == "llama-2-7b") return Llama2_7B<>::config();
+  if (name == "llama-3-8b") return Llama3_8B<>::config();
+  if (name == "llama-3.2-1b") return Llama3_2_1B<>::config();
+  if (name == "mistral-7b") return Mistral_7B<>::config();
+  std::string known;
+  for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(ErrorKind::invalid_argument,
+              "unknown preset '" + std::string(name) + "' (known: " + known + ")");
+}
+
+}  // namespace hllm::presets

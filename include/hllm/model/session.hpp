@@ -1,0 +1,108 @@
+#pragma once
+// A Session is one sequence being evaluated: it owns the KV cache and every activation buffer,
+// and borrows the model's read-only weights. Sessions never share mutable state, so several can
+// run on one model from different threads. The model must outlive its sessions.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hllm/core/error.hpp"
+#include "hllm/model/llama.hpp"
+#include "hllm/nn/kv_cache.hpp"
+
+namespace hllm {
+
+struct SessionOptions {
+  std::size_t context = 0;     // KV cache capacity in tokens; 0: the model's context length
+  std::size_t max_batch = 64;  // tokens per forward chunk during prefill
+};
+
+// Which logits prefill returns.
+enum class Logits { last, all };
+
+// Longest context a session may request: 2^24 tokens, far past any model and small enough that
+// cache sizes cannot overflow.
+inline constexpr std::size_t kMaxContext = std::size_t{1} << 24;
+
+template <class Spec = DynamicSpec>
+class Session {
+ public:
+  using kv_type = typename Spec::kv_type;
+
+  explicit Session(const Llama<Spec>& model, SessionOptions options = {})
+      : model_(model),
+        max_batch_(checked_batch(options.max_batch)),
+        cache_(static_cast<std::size_t>(model.config().n_layers),
+               static_cast<std::size_t>(model.config().n_kv_heads),
+               static_cast<std::size_t>(model.config().resolved_head_dim()),
+               checked_context(options.context, model.config())),
+        scratch_(model.config(), max_batch_, model.rope().rot_dims() / 2),
+        logits_(model.vocab_size()) {}
+
+  const Llama<Spec>& model() const noexcept { return model_; }
+  // Tokens evaluated so far: the position the next token will take.
+  std::size_t position() const noexcept { return cache_.length(); }
+  std::size_t context() const noexcept { return cache_.capacity(); }
+  const KVCache<kv_type>& kv_cache() const noexcept { return cache_; }
+
+  // Evaluates `tokens` after those already in the cache. Returns the last token's logits
+  // ([vocab]) or, with Logits::all, every token's ([n_tokens][vocab]). The span stays valid
+  // until the next call. Nothing changes if the tokens are invalid or do not fit.
+  std::span<const float> prefill(std::span<const std::int32_t> tokens, Logits which = Logits::last) {
+    if (tokens.empty()) throw Error(ErrorKind::invalid_argument, "prefill of zero tokens");
+    model_.check_tokens(tokens);
+    if (position() > context() || tokens.size() > context() - position())
+      throw Error(ErrorKind::capacity,
+                  std::to_string(tokens.size()) + " tokens at position " +
+                      std::to_string(position()) + " exceed the context of " +
+                      std::to_string(context()) + " tokens");
+    const std::size_t vocab = model_.vocab_size();
+    const bool all = which == Logits::all;
+    if (all) all_logits_.resize(tokens.size() * vocab);
+    for (std::size_t done = 0; done < tokens.size();) {
+      const std::size_t n = std::min(max_batch_, tokens.size() - done);
+      float* out = all ? all_logits_.data() + done * vocab : logits_.data();
+      model_.forward(tokens.subspan(done, n), position(), cache_, scratch_, out, all);
+      done += n;
+    }
+    if (all) return all_logits_;
+    return logits_.span();
+  }
+
+  // Evaluates one token; returns its logits ([vocab]).
+  std::span<const float> decode(std::int32_t token) { return prefill(std::span(&token, 1)); }
+
+  // Forgets the whole sequence (the buffers are kept).
+  void reset() noexcept { cache_.clear(); }
+  // Keeps only the first `length` tokens, e.g. to regenerate from an earlier point.
+  void rewind(std::size_t length) { cache_.truncate(length); }
+
+ private:
+  static std::size_t checked_batch(std::size_t max_batch) {
+    if (max_batch == 0 || max_batch > 65536)
+      throw Error(ErrorKind::invalid_argument,
+                  "max_batch must be in [1, 65536], got " + std::to_string(max_batch));
+    return max_batch;
+  }
+  static std::size_t checked_context(std::size_t context, const ModelConfig& config) {
+    const std::size_t resolved = context ? context : static_cast<std::size_t>(config.context_length);
+    if (resolved > kMaxContext)
+      throw Error(ErrorKind::invalid_argument, "context of " + std::to_string(resolved) +
+                                                   " tokens exceeds the maximum of " +
+                                                   std::to_string(kMaxContext));
+    return resolved;
+  }
+
+  const Llama<Spec>& model_;
+  std::size_t max_batch_;
+  KVCache<kv_type> cache_;
+  ForwardScratch scratch_;
+  AlignedBuffer<float> logits_;     // [vocab]
+  std::vector<float> all_logits_;   // [n_tokens][vocab], only for Logits::all
+};
+
+}  // namespace hllm

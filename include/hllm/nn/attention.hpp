@@ -1,0 +1,71 @@
+#pragma once
+// Causal scaled dot-product attention of queries over a KV cache. MHA, GQA and MQA are one code
+// path: query head h reads KV head h / (n_heads / n_kv_heads), so n_kv_heads = n_heads is MHA
+// and n_kv_heads = 1 is MQA. Scores are consumed tile by tile with an online softmax, so no
+// T×T score matrix is ever allocated.
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+
+#include "hllm/core/error.hpp"
+#include "hllm/kernels/reference.hpp"
+#include "hllm/nn/kv_cache.hpp"
+
+namespace hllm {
+
+struct AttentionShape {
+  std::size_t n_heads = 0;
+  std::size_t n_kv_heads = 0;
+  std::size_t head_dim = 0;
+  std::size_t sliding_window = 0;  // 0: full causal; W: position p sees keys in (p - W, p]
+};
+
+class Attention {
+ public:
+  explicit Attention(const AttentionShape& shape)
+      : shape_(shape),
+        group_(shape.n_kv_heads ? shape.n_heads / shape.n_kv_heads : 0),
+        scale_(shape.head_dim ? 1.0f / std::sqrt(static_cast<float>(shape.head_dim)) : 0.0f) {
+    if (shape.n_heads == 0 || shape.n_kv_heads == 0 || shape.head_dim == 0)
+      throw Error(ErrorKind::invalid_argument, "attention: head counts and head_dim must be positive");
+    if (shape.n_heads % shape.n_kv_heads != 0)
+      throw Error(ErrorKind::invalid_argument,
+                  "attention: n_heads (" + std::to_string(shape.n_heads) +
+                      ") is not divisible by n_kv_heads (" + std::to_string(shape.n_kv_heads) + ")");
+  }
+
+  const AttentionShape& shape() const noexcept { return shape_; }
+
+  // First key position visible from a query at `position`.
+  std::size_t first_visible(std::size_t position) const noexcept {
+    const std::size_t w = shape_.sliding_window;
+    return (w != 0 && position + 1 > w) ? position + 1 - w : 0;
+  }
+
+  // One query token at `position` whose keys/values (and all earlier ones) are in the cache.
+  // q, out: [n_heads][head_dim]
+  template <class KV>
+  void forward(const float* q, std::size_t position, const KVCache<KV>& cache, std::size_t layer,
+               float* out) const {
+    if (position >= cache.capacity())
+      throw Error(ErrorKind::out_of_range, "attention: position " + std::to_string(position) +
+                                               " is outside the KV cache");
+    const std::size_t first = first_visible(position);
+    const std::size_t n_keys = position + 1 - first;
+    const std::size_t d = shape_.head_dim;
+    for (std::size_t h = 0; h < shape_.n_heads; ++h) {
+      const std::size_t kv_head = h / group_;
+      reference::attend_head(q + h * d, cache.keys(layer, kv_head) + first * d,
+                             cache.values(layer, kv_head) + first * d, n_keys, d, scale_,
+                             out + h * d);
+    }
+  }
+
+ private:
+  AttentionShape shape_;
+  std::size_t group_;
+  float scale_;
+};
+
+}  // namespace hllm

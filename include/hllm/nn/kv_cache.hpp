@@ -1,0 +1,97 @@
+#pragma once
+// The key/value cache of one sequence: for every layer and KV head, `capacity` rows of head_dim
+// elements, contiguous, so attention scans one head's keys with unit stride. Storing at a
+// position at or past the capacity is an hllm::Error, never a write out of bounds.
+
+#include <cstddef>
+#include <string>
+
+#include "hllm/core/aligned_buffer.hpp"
+#include "hllm/core/error.hpp"
+#include "hllm/core/half.hpp"
+
+namespace hllm {
+
+template <class KV = float>
+class KVCache {
+ public:
+  KVCache(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t capacity)
+      : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity) {
+    if (n_layers == 0 || n_kv_heads == 0 || head_dim == 0 || capacity == 0)
+      throw Error(ErrorKind::invalid_argument,
+                  "KV cache dimensions must be positive (layers " + std::to_string(n_layers) +
+                      ", kv heads " + std::to_string(n_kv_heads) + ", head dim " +
+                      std::to_string(head_dim) + ", capacity " + std::to_string(capacity) + ")");
+    const std::size_t per_layer = n_kv_heads * capacity * head_dim;
+    keys_ = AlignedBuffer<KV>(n_layers * per_layer);
+    values_ = AlignedBuffer<KV>(n_layers * per_layer);
+  }
+
+  std::size_t n_layers() const noexcept { return n_layers_; }
+  std::size_t n_kv_heads() const noexcept { return n_kv_heads_; }
+  std::size_t head_dim() const noexcept { return head_dim_; }
+  std::size_t capacity() const noexcept { return capacity_; }
+  // Positions [0, length) hold committed tokens.
+  std::size_t length() const noexcept { return length_; }
+  std::size_t bytes() const noexcept { return 2 * keys_.size() * sizeof(KV); }
+
+  // Writes the keys and values of one token at `position` in `layer`.
+  // k, v: [n_kv_heads][head_dim]
+  void store(std::size_t layer, std::size_t position, const float* k, const float* v) {
+    if (layer >= n_layers_)
+      throw Error(ErrorKind::out_of_range, "KV cache layer " + std::to_string(layer) +
+                                               " >= layer count " + std::to_string(n_layers_));
+    check_room(position, 1);
+    for (std::size_t h = 0; h < n_kv_heads_; ++h) {
+      KV* key_row = keys_.data() + offset(layer, h, position);
+      KV* value_row = values_.data() + offset(layer, h, position);
+      for (std::size_t d = 0; d < head_dim_; ++d) {
+        key_row[d] = from_float<KV>(k[h * head_dim_ + d]);
+        value_row[d] = from_float<KV>(v[h * head_dim_ + d]);
+      }
+    }
+  }
+
+  // [capacity][head_dim] keys (values) of one KV head of one layer.
+  const KV* keys(std::size_t layer, std::size_t kv_head) const noexcept {
+    return keys_.data() + offset(layer, kv_head, 0);
+  }
+  const KV* values(std::size_t layer, std::size_t kv_head) const noexcept {
+    return values_.data() + offset(layer, kv_head, 0);
+  }
+
+  // Throws unless `count` more tokens fit after `position`.
+  void check_room(std::size_t position, std::size_t count) const {
+    if (position > capacity_ || count > capacity_ - position)
+      throw Error(ErrorKind::capacity,
+                  "KV cache full: " + std::to_string(count) + " token(s) at position " +
+                      std::to_string(position) + " exceed the capacity of " +
+                      std::to_string(capacity_) + " tokens");
+  }
+  // Marks `count` more positions as committed once every layer has stored them.
+  void advance(std::size_t count) {
+    check_room(length_, count);
+    length_ += count;
+  }
+  // Forgets everything from position `length` on (e.g. to rewind a conversation).
+  void truncate(std::size_t length) {
+    if (length > length_)
+      throw Error(ErrorKind::out_of_range, "cannot truncate a KV cache of " +
+                                               std::to_string(length_) + " tokens to " +
+                                               std::to_string(length));
+    length_ = length;
+  }
+  void clear() noexcept { length_ = 0; }
+
+ private:
+  std::size_t offset(std::size_t layer, std::size_t kv_head, std::size_t position) const noexcept {
+    return ((layer * n_kv_heads_ + kv_head) * capacity_ + position) * head_dim_;
+  }
+
+  std::size_t n_layers_, n_kv_heads_, head_dim_, capacity_;
+  std::size_t length_ = 0;
+  AlignedBuffer<KV> keys_;
+  AlignedBuffer<KV> values_;
+};
+
+}  // namespace hllm

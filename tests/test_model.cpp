@@ -1,0 +1,360 @@
+// The whole model: Llama + Session against Hugging Face LlamaForCausalLM goldens, prefill vs
+// decode consistency for every attention variant, chunking, presets and bad input.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "golden_file.hpp"
+#include "hllm/model/llama.hpp"
+#include "hllm/model/presets.hpp"
+#include "hllm/model/session.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using hllm::test::all_close;
+using hllm::test::GoldenFile;
+
+// GGUF tensor name → the golden file's name for it.
+std::string golden_key(const std::string& gguf_name) {
+  static const std::map<std::string, std::string> kLayerNames = {
+      {"attn_norm", "attn_norm"}, {"attn_q", "wq"},       {"attn_k", "wk"},
+      {"attn_v", "wv"},           {"attn_output", "wo"},  {"ffn_norm", "ffn_norm"},
+      {"ffn_gate", "w_gate"},     {"ffn_up", "w_up"},     {"ffn_down", "w_down"}};
+  if (gguf_name == "token_embd.weight") return "tok_embeddings";
+  if (gguf_name == "output_norm.weight") return "norm";
+  if (gguf_name == "output.weight") return "output";
+  // blk.N.<name>.weight
+  const std::size_t first_dot = gguf_name.find('.', 4);
+  const std::string layer = gguf_name.substr(4, first_dot - 4);
+  const std::string name = gguf_name.substr(first_dot + 1, gguf_name.rfind('.') - first_dot - 1);
+  return "layers." + layer + "." + kLayerNames.at(name);
+}
+
+struct GoldenModel {
+  hllm::ModelConfig config;
+  hllm::ModelWeights weights;
+};
+
+GoldenModel load_golden_model(const GoldenFile& g) {
+  GoldenModel m;
+  hllm::ModelConfig& c = m.config;
+  c.vocab_size = g.integer("vocab_size");
+  c.dim = g.integer("dim");
+  c.ffn_dim = g.integer("ffn_dim");
+  c.n_layers = g.integer("n_layers");
+  c.n_heads = g.integer("n_heads");
+  c.n_kv_heads = g.integer("n_kv_heads");
+  c.context_length = 256;
+  c.rms_eps = g.scalar("eps");
+  c.tied_embeddings = g.integer("tied") != 0;
+  c.rope.theta = g.scalar("theta");
+  c.rope.layout = hllm::RopeLayout::neox;  // Hugging Face's half-split layout
+  if (g.has("rope.factor")) {
+    c.rope.scaling = {.type = hllm::RopeScalingType::llama3,
+                      .factor = g.scalar("rope.factor"),
+                      .original_context = g.integer("rope.original_context"),
+                      .low_freq_factor = g.scalar("rope.low_freq_factor"),
+                      .high_freq_factor = g.scalar("rope.high_freq_factor")};
+  }
+  m.weights = hllm::build_weights(c, hllm::DType::f32,
+                                  [&](const hllm::TensorSpec& s, std::span<float> values) {
+                                    const auto& src = g[golden_key(s.name)];
+                                    ASSERT_EQ(src.size(), values.size()) << s.name;
+                                    std::copy(src.begin(), src.end(), values.begin());
+                                  });
+  return m;
+}
+
+std::vector<std::int32_t> golden_tokens(const GoldenFile& g) {
+  std::vector<std::int32_t> tokens;
+  for (float t : g["tokens"]) tokens.push_back(static_cast<std::int32_t>(t));
+  return tokens;
+}
+
+class HuggingFaceModel : public ::testing::TestWithParam<std::string> {};
+
+// Logits of the whole 70-token prompt, by one prefill and by 70 decodes.
+TEST_P(HuggingFaceModel, LogitsMatchTransformers) {
+  const GoldenFile g(GetParam());
+  GoldenModel golden = load_golden_model(g);
+  const hllm::Llama<> model(golden.config, std::move(golden.weights));
+  const auto tokens = golden_tokens(g);
+  ASSERT_GE(tokens.size(), 64u);
+
+  hllm::Session<> prefill_session(model);
+  const auto all = prefill_session.prefill(tokens, hllm::Logits::all);
+  EXPECT_TRUE(all_close(all, g["logits"]));
+
+  hllm::Session<> decode_session(model);
+  std::vector<float> decoded;
+  for (std::int32_t t : tokens) {
+    const auto logits = decode_session.decode(t);
+    decoded.insert(decoded.end(), logits.begin(), logits.end());
+  }
+  EXPECT_TRUE(all_close(decoded, g["logits"]));
+}
+
+INSTANTIATE_TEST_SUITE_P(UntiedAndTiedLlama3Scaling, HuggingFaceModel,
+                         ::testing::Values("model.bin", "model_tied_llama3.bin"));
+
+hllm::ModelConfig tiny_config(std::int64_t n_heads, std::int64_t n_kv_heads, std::int64_t window) {
+  hllm::ModelConfig c;
+  c.vocab_size = 97;
+  c.dim = 64;
+  c.n_layers = 2;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.ffn_dim = 96;
+  c.context_length = 128;
+  c.sliding_window = window;
+  return c;
+}
+
+std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t vocab) {
+  std::vector<std::int32_t> tokens(n);
+  for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::int32_t>((i * 37 + 5) % vocab);
+  return tokens;
+}
+
+struct Variant {
+  const char* name;
+  std::int64_t n_heads, n_kv_heads, window;
+};
+
+class AttentionVariant : public ::testing::TestWithParam<Variant> {};
+
+// Prefill of N tokens equals N single-token decodes (within 1e-5: only the order in which the
+// batch is formed differs, not the arithmetic), and prefill in chunks equals prefill at once.
+TEST_P(AttentionVariant, PrefillDecodeAndChunksAgree) {
+  const Variant v = GetParam();
+  const hllm::ModelConfig c = tiny_config(v.n_heads, v.n_kv_heads, v.window);
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 42));
+  const auto tokens = some_tokens(50, 97);
+
+  hllm::Session<> whole(model);
+  const auto all_span = whole.prefill(tokens, hllm::Logits::all);
+  const std::vector<float> all(all_span.begin(), all_span.end());
+
+  hllm::Session<> stepwise(model);
+  std::vector<float> decoded;
+  for (std::int32_t t : tokens) {
+    const auto logits = stepwise.decode(t);
+    decoded.insert(decoded.end(), logits.begin(), logits.end());
+  }
+  EXPECT_LE(hllm::test::max_abs_diff(decoded, all), 1e-5f);
+
+  // Chunks of 7 through max_batch, and irregular prefill calls 13 + 30 + 7.
+  hllm::Session<> chunked(model, {.context = 0, .max_batch = 7});
+  const auto chunked_span = chunked.prefill(tokens, hllm::Logits::all);
+  EXPECT_LE(hllm::test::max_abs_diff(std::vector<float>(chunked_span.begin(), chunked_span.end()), all), 1e-5f);
+  hllm::Session<> pieces(model);
+  std::vector<float> piecewise;
+  std::size_t done = 0;
+  for (std::size_t n : {13u, 30u, 7u}) {
+    const auto part = pieces.prefill(std::span(tokens).subspan(done, n), hllm::Logits::all);
+    piecewise.insert(piecewise.end(), part.begin(), part.end());
+    done += n;
+  }
+  EXPECT_LE(hllm::test::max_abs_diff(piecewise, all), 1e-5f);
+  EXPECT_EQ(pieces.position(), tokens.size());
+
+  // Last-token logits are the last row of the full set.
+  hllm::Session<> last(model);
+  const auto last_logits = last.prefill(tokens);
+  EXPECT_TRUE(all_close(last_logits, std::span(all).last(97), 1e-6f));
+}
+
+INSTANTIATE_TEST_SUITE_P(MhaGqaMqa, AttentionVariant,
+                         ::testing::Values(Variant{"mha", 4, 4, 0}, Variant{"gqa", 8, 2, 0},
+                                           Variant{"mqa", 4, 1, 0}, Variant{"mha_window", 4, 4, 9},
+                                           Variant{"gqa_window", 8, 2, 9},
+                                           Variant{"mqa_window", 4, 1, 9}),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// GQA whose KV projections are copied per group reproduces the MHA model exactly.
+TEST(Llama, GqaWithCopiedKvHeadsEqualsMha) {
+  const hllm::ModelConfig gqa = tiny_config(8, 2, 0);
+  const hllm::ModelConfig mha = tiny_config(8, 8, 0);
+  const hllm::ModelWeights gqa_weights = hllm::random_weights(gqa, hllm::DType::f32, 5);
+  const std::size_t head_dim = 8, group = 4;
+  // Copy every tensor, widening wk/wv so that MHA head h holds GQA KV head h / group.
+  std::map<std::string, const hllm::WeightTensor*> by_name;
+  by_name["token_embd.weight"] = &gqa_weights.token_embedding;
+  by_name["output_norm.weight"] = &gqa_weights.output_norm;
+  by_name["output.weight"] = &gqa_weights.output;
+  for (std::size_t l = 0; l < gqa_weights.layers.size(); ++l) {
+    const auto& L = gqa_weights.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    for (auto [name, t] : {std::pair{"attn_norm", &L.attn_norm}, {"attn_q", &L.wq},
+                           {"attn_k", &L.wk}, {"attn_v", &L.wv}, {"attn_output", &L.wo},
+                           {"ffn_norm", &L.ffn_norm}, {"ffn_gate", &L.ffn.gate},
+                           {"ffn_up", &L.ffn.up}, {"ffn_down", &L.ffn.down}})
+      by_name[p + name + ".weight"] = t;
+  }
+  auto mha_weights = hllm::build_weights(mha, hllm::DType::f32, [&](const hllm::TensorSpec& s, std::span<float> out) {
+    const hllm::WeightTensor& src = *by_name.at(s.name);
+    const float* data = src.as<float>();
+    const bool widen = s.name.find("attn_k") != std::string::npos || s.name.find("attn_v") != std::string::npos;
+    for (std::size_t r = 0; r < s.rows; ++r) {
+      const std::size_t src_row = widen ? (r / head_dim / group) * head_dim + r % head_dim : r;
+      std::copy(data + src_row * s.cols, data + (src_row + 1) * s.cols, out.begin() + r * s.cols);
+    }
+  });
+  const hllm::Llama<> gqa_model(gqa, gqa_weights);
+  const hllm::Llama<> mha_model(mha, std::move(mha_weights));
+  const auto tokens = some_tokens(20, 97);
+  hllm::Session<> a(gqa_model), b(mha_model);
+  const auto la = a.prefill(tokens, hllm::Logits::all);
+  const auto lb = b.prefill(tokens, hllm::Logits::all);
+  EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin()));
+}
+
+// Reduced-precision weights and KV cache run through the same model type.
+TEST(Llama, HalfPrecisionWeightsAndCacheStayClose) {
+  const hllm::ModelConfig c = tiny_config(8, 2, 0);
+  const hllm::Llama<> f32_model(c, hllm::random_weights(c, hllm::DType::f32, 9));
+  const hllm::Llama<hllm::ModelSpec<hllm::f16, hllm::f16>> f16_model(c, hllm::random_weights(c, hllm::DType::f16, 9));
+  const hllm::Llama<hllm::ModelSpec<hllm::bf16, hllm::bf16>> bf16_model(c, hllm::random_weights(c, hllm::DType::bf16, 9));
+  const auto tokens = some_tokens(30, 97);
+  hllm::Session<> s32(f32_model);
+  hllm::Session<hllm::ModelSpec<hllm::f16, hllm::f16>> s16(f16_model);
+  hllm::Session<hllm::ModelSpec<hllm::bf16, hllm::bf16>> sb16(bf16_model);
+  const auto l32 = s32.prefill(tokens);
+  // f16 keeps 11 significant bits (relative error 2^-11 per weight), bf16 8 bits (2^-8); through
+  // two layers the logits move by a few times that, relative to their scale.
+  EXPECT_TRUE(all_close(s16.prefill(tokens), l32, 1e-2f));
+  EXPECT_TRUE(all_close(sb16.prefill(tokens), l32, 5e-2f));
+  // A model type that fixes f16 weights refuses f32 ones.
+  EXPECT_THROW((hllm::Llama<hllm::ModelSpec<hllm::f16>>(c, hllm::random_weights(c, hllm::DType::f32, 9))), hllm::Error);
+}
+
+// --- presets -------------------------------------------------------------------------------
+
+TEST(Presets, RealDimensions) {
+  const auto tiny = hllm::presets::TinyLlama_1_1B<>::config();
+  EXPECT_EQ(tiny.dim, 2048);
+  EXPECT_EQ(tiny.n_layers, 22);
+  EXPECT_EQ(tiny.n_heads, 32);
+  EXPECT_EQ(tiny.n_kv_heads, 4);
+  EXPECT_EQ(tiny.ffn_dim, 5632);
+  EXPECT_EQ(tiny.vocab_size, 32000);
+  const auto l3 = hllm::presets::Llama3_8B<>::config();
+  EXPECT_EQ(l3.vocab_size, 128256);
+  EXPECT_EQ(l3.n_kv_heads, 8);
+  EXPECT_EQ(l3.ffn_dim, 14336);
+  EXPECT_EQ(l3.rope.theta, 500000.0f);
+  const auto l32 = hllm::presets::Llama3_2_1B<>::config();
+  EXPECT_TRUE(l32.tied_embeddings);
+  EXPECT_EQ(l32.rope.scaling.type, hllm::RopeScalingType::llama3);
+  EXPECT_EQ(l32.rope.scaling.factor, 32.0f);
+  EXPECT_EQ(hllm::presets::Mistral_7B<>::config().sliding_window, 4096);
+  EXPECT_EQ(hllm::presets::Llama2_7B<>::config().n_kv_heads, 32);
+  for (const auto& name : hllm::presets::names()) {
+    const auto c = hllm::presets::by_name(name);
+    EXPECT_NO_THROW(c.validate()) << name;
+  }
+  EXPECT_THROW(hllm::presets::by_name("gpt-5"), hllm::Error);
+  // The preset spec types agree with their runtime configs.
+  EXPECT_NO_THROW(hllm::presets::TinyLlama_1_1B<>::check(tiny));
+  EXPECT_NO_THROW(hllm::presets::Llama3_2_1B<>::check(l32));
+  EXPECT_THROW(hllm::presets::TinyLlama_1_1B<>::check(l3), hllm::Error);
+}
+
+TEST(Presets, FixedShapeTypeRefusesOtherShapes) {
+  const hllm::ModelConfig c = tiny_config(4, 4, 0);
+  try {
+    hllm::Llama<hllm::presets::TinyLlama_1_1B<>> model(c, hllm::random_weights(c, hllm::DType::f32, 1));
+    FAIL() << "expected hllm::Error";
+  } catch (const hllm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fixes it to 2048"), std::string::npos) << e.what();
+  }
+}
+
+// --- bad input -----------------------------------------------------------------------------
+
+hllm::ErrorKind kind_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const hllm::Error& e) {
+    return e.kind();
+  }
+  ADD_FAILURE() << "no hllm::Error thrown";
+  return hllm::ErrorKind::internal;
+}
+
+TEST(BadInput, ConfigErrorsNameTheField) {
+  auto field_of = [](hllm::ModelConfig c) {
+    try {
+      c.validate();
+    } catch (const hllm::Error& e) {
+      return e.field();
+    }
+    return std::string("(no error)");
+  };
+  auto c = tiny_config(6, 4, 0);
+  c.dim = 60;
+  EXPECT_EQ(field_of(c), "n_kv_heads");  // 6 % 4 != 0
+  c = tiny_config(4, 4, 0);
+  c.dim = 0;
+  EXPECT_EQ(field_of(c), "dim");
+  c = tiny_config(4, 4, 0);
+  c.n_layers = -2;
+  EXPECT_EQ(field_of(c), "n_layers");
+  c = tiny_config(4, 4, 0);
+  c.vocab_size = std::int64_t{1} << 40;  // absurd
+  EXPECT_EQ(field_of(c), "vocab_size");
+  c = tiny_config(4, 4, 0);
+  c.dim = 60;  // head_dim 15: odd, cannot rotate in pairs
+  EXPECT_THROW(c.validate(), hllm::Error);
+  c = tiny_config(4, 4, 0);
+  c.rope.rot_dims = 5;
+  EXPECT_THROW(c.validate(), hllm::Error);
+  c = tiny_config(4, 4, -1);
+  EXPECT_EQ(field_of(c), "sliding_window");
+}
+
+TEST(BadInput, TokenOutsideVocabulary) {
+  const hllm::ModelConfig c = tiny_config(4, 2, 0);
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 1));
+  hllm::Session<> s(model);
+  const std::vector<std::int32_t> bad{1, 2, 97};
+  EXPECT_EQ(kind_of([&] { s.prefill(bad); }), hllm::ErrorKind::out_of_range);
+  EXPECT_EQ(kind_of([&] { s.decode(-1); }), hllm::ErrorKind::out_of_range);
+  EXPECT_EQ(s.position(), 0u);  // nothing was committed
+  EXPECT_EQ(kind_of([&] { s.prefill({}); }), hllm::ErrorKind::invalid_argument);
+}
+
+TEST(BadInput, SequenceLongerThanTheCache) {
+  const hllm::ModelConfig c = tiny_config(4, 2, 0);
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 1));
+  hllm::Session<> s(model, {.context = 16, .max_batch = 8});
+  EXPECT_EQ(kind_of([&] { s.prefill(some_tokens(17, 97)); }), hllm::ErrorKind::capacity);
+  EXPECT_EQ(s.position(), 0u);
+  s.prefill(some_tokens(16, 97));
+  EXPECT_EQ(kind_of([&] { s.decode(3); }), hllm::ErrorKind::capacity);
+  s.rewind(10);
+  EXPECT_NO_THROW(s.decode(3));
+  EXPECT_EQ(kind_of([&] { hllm::Session<>(model, {.context = std::size_t{1} << 30}); }),
+            hllm::ErrorKind::invalid_argument);
+  EXPECT_EQ(kind_of([&] { hllm::Session<>(model, {.context = 8, .max_batch = 0}); }),
+            hllm::ErrorKind::invalid_argument);
+}
+
+TEST(BadInput, WeightsOfTheWrongShape) {
+  const hllm::ModelConfig c = tiny_config(4, 2, 0);
+  hllm::ModelWeights w = hllm::random_weights(c, hllm::DType::f32, 1);
+  w.layers[1].wk.rows = 64;  // config implies 32
+  try {
+    hllm::Llama<> model(c, w);
+    FAIL() << "expected hllm::Error";
+  } catch (const hllm::Error& e) {
+    EXPECT_EQ(e.field(), "blk.1.attn_k.weight");
+    EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
+  }
+}
+
+}  // namespace

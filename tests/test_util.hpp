@@ -1,0 +1,57 @@
+#pragma once
+// Comparison helpers shared by the tests.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace hllm::test {
+
+inline float max_abs(std::span<const float> v) {
+  float m = 0.0f;
+  for (float x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+inline float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  float m = 0.0f;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// The tolerance rule used against the PyTorch goldens: every element within
+// `relative` × max|expected| (the scale of the result), so the rule means the same for
+// activations of size 1 and logits of size 50. Float32 evaluation of these small shapes lands
+// near 1e-6 relative; 1e-4 leaves room for summation order while catching any real mistake
+// (a wrong formula is off by O(1) relative).
+inline ::testing::AssertionResult all_close(std::span<const float> actual,
+                                            std::span<const float> expected,
+                                            float relative = 1e-4f) {
+  if (actual.size() != expected.size())
+    return ::testing::AssertionFailure()
+           << "size " << actual.size() << " != expected " << expected.size();
+  const float scale = std::max(max_abs(expected), 1e-30f);
+  const float tolerance = relative * scale;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    if (!(std::fabs(actual[i] - expected[i]) <= tolerance))
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << actual[i] << " vs expected " << expected[i]
+             << " (tolerance " << tolerance << " = " << relative << " x scale " << scale
+             << "; max abs diff " << max_abs_diff(actual, expected) << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+}  // namespace hllm::test
