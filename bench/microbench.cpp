@@ -46,13 +46,18 @@ void BM_Matmul(benchmark::State& state) {
   }
   const double iterations = static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(rows * cols * sizeof(T))));
-  state.counters["FLOP/s"] = benchmark::Counter(iterations * 2.0 * double(rows * cols * n),
-                                                benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
 }
 // Real shapes: q/o projection, gate/up, down, the output head; batch 1 (decode) and 16.
-#define HLLM_MATMUL_SHAPES(bm)                                                       \
-  BENCHMARK(bm)->Args({2048, 2048, 1})->Args({5632, 2048, 1})->Args({2048, 5632, 1}) \
-      ->Args({32000, 2048, 1})->Args({2048, 2048, 16})->Unit(benchmark::kMillisecond)
+#define HLLM_MATMUL_SHAPES(bm) \
+  BENCHMARK(bm)                \
+      ->Args({2048, 2048, 1})  \
+      ->Args({5632, 2048, 1})  \
+      ->Args({2048, 5632, 1})  \
+      ->Args({32000, 2048, 1}) \
+      ->Args({2048, 2048, 16}) \
+      ->Unit(benchmark::kMillisecond)
 HLLM_MATMUL_SHAPES(BM_Matmul<float>);
 HLLM_MATMUL_SHAPES(BM_Matmul<hllm::f16>);
 HLLM_MATMUL_SHAPES(BM_Matmul<hllm::bf16>);
@@ -79,7 +84,8 @@ void BM_Rope(benchmark::State& state) {
     rope.apply(x.data(), 32, position++ & 2047);
     benchmark::DoNotOptimize(x.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * x.size() * sizeof(float)));
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * 2 * x.size() * sizeof(float)));
 }
 BENCHMARK(BM_Rope);
 

@@ -65,9 +65,12 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage_error("flag " + flag + " needs a value");
       return argv[++i];
     };
-    if (flag == "-m" || flag == "--model") o.model_path = value();
-    else if (flag == "-p" || flag == "--prompt") o.prompt = value();
-    else if (flag == "-n" || flag == "--n-predict") o.n_predict = parse_number<int>(flag, value());
+    if (flag == "-m" || flag == "--model")
+      o.model_path = value();
+    else if (flag == "-p" || flag == "--prompt")
+      o.prompt = value();
+    else if (flag == "-n" || flag == "--n-predict")
+      o.n_predict = parse_number<int>(flag, value());
     else if (flag == "-t" || flag == "--threads") {
       const long long t = parse_number<long long>(flag, value());
       if (t < 1 || t > 1024) usage_error("-t must be in [1, 1024]");
@@ -76,15 +79,24 @@ Options parse(int argc, char** argv) {
       const long long c = parse_number<long long>(flag, value());
       if (c < 0) usage_error("-c must be >= 0");
       o.context = static_cast<std::size_t>(c);
-    } else if (flag == "--temp") o.sampler.temperature = parse_number<float>(flag, value());
-    else if (flag == "--top-k") o.sampler.top_k = parse_number<int>(flag, value());
-    else if (flag == "--top-p") o.sampler.top_p = parse_number<float>(flag, value());
-    else if (flag == "--min-p") o.sampler.min_p = parse_number<float>(flag, value());
-    else if (flag == "--repeat-penalty") o.sampler.repeat_penalty = parse_number<float>(flag, value());
-    else if (flag == "--seed") o.sampler.seed = parse_number<std::uint64_t>(flag, value());
-    else if (flag == "--synthetic") o.synthetic = value();
-    else if (flag == "-h" || flag == "--help") usage_error("help");
-    else usage_error("unknown flag '" + flag + "'");
+    } else if (flag == "--temp")
+      o.sampler.temperature = parse_number<float>(flag, value());
+    else if (flag == "--top-k")
+      o.sampler.top_k = parse_number<int>(flag, value());
+    else if (flag == "--top-p")
+      o.sampler.top_p = parse_number<float>(flag, value());
+    else if (flag == "--min-p")
+      o.sampler.min_p = parse_number<float>(flag, value());
+    else if (flag == "--repeat-penalty")
+      o.sampler.repeat_penalty = parse_number<float>(flag, value());
+    else if (flag == "--seed")
+      o.sampler.seed = parse_number<std::uint64_t>(flag, value());
+    else if (flag == "--synthetic")
+      o.synthetic = value();
+    else if (flag == "-h" || flag == "--help")
+      usage_error("help");
+    else
+      usage_error("unknown flag '" + flag + "'");
   }
   if (o.n_predict < 0) usage_error("-n must be >= 0");
   return o;
@@ -140,7 +152,8 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     double prompt_seconds = 0;
     bool first = true;
-    const auto result = hllm::generate(session, prompt, sampler, {.max_tokens = options.n_predict, .stop_tokens = {}},
+    const auto result = hllm::generate(session, prompt, sampler,
+                                       {.max_tokens = options.n_predict, .stop_tokens = {}},
                                        [&](std::int32_t token) {
                                          if (first) prompt_seconds = seconds_since(start);
                                          first = false;

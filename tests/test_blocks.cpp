@@ -33,8 +33,9 @@ TEST(RMSNorm, MatchesPyTorch) {
   const auto& x = g.array("x");
   const std::size_t n = x.dim(0), dim = x.dim(1);
   std::vector<float> out(n * dim);
-  hllm::RMSNorm(g.scalar("eps")).forward(hllm::matrix_view(x.values.data(), n, dim),
-                                         g["weight"].data(), hllm::matrix_view(out.data(), n, dim));
+  hllm::RMSNorm(g.scalar("eps"))
+      .forward(hllm::matrix_view(x.values.data(), n, dim), g["weight"].data(),
+               hllm::matrix_view(out.data(), n, dim));
   EXPECT_TRUE(all_close(out, g["out"]));
 }
 
@@ -63,10 +64,12 @@ TEST_P(RopeGolden, MatchesPyTorch) {
   config.rot_dims = g.integer(p + "rot_dims");
   config.scaling.type = c.scaling;
   if (g.has(p + "factor")) config.scaling.factor = g.scalar(p + "factor");
-  if (g.has(p + "original_context")) config.scaling.original_context = g.integer(p + "original_context");
+  if (g.has(p + "original_context"))
+    config.scaling.original_context = g.integer(p + "original_context");
   if (g.has(p + "beta_fast")) config.scaling.beta_fast = g.scalar(p + "beta_fast");
   if (g.has(p + "beta_slow")) config.scaling.beta_slow = g.scalar(p + "beta_slow");
-  if (g.has(p + "low_freq_factor")) config.scaling.low_freq_factor = g.scalar(p + "low_freq_factor");
+  if (g.has(p + "low_freq_factor"))
+    config.scaling.low_freq_factor = g.scalar(p + "low_freq_factor");
   if (g.has(p + "high_freq_factor"))
     config.scaling.high_freq_factor = g.scalar(p + "high_freq_factor");
 
@@ -118,7 +121,8 @@ TEST(Rope, FreqFactorsDivideTheFrequencies) {
   config.freq_factors.assign(4, 2.0f);
   const hllm::Rope scaled(config, 8);
   const hllm::Rope plain(hllm::RopeConfig{}, 8);
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(scaled.inv_freq()[i], plain.inv_freq()[i] / 2);
+  for (std::size_t i = 0; i < 4; ++i)
+    EXPECT_DOUBLE_EQ(scaled.inv_freq()[i], plain.inv_freq()[i] / 2);
 }
 
 TEST(Rope, RejectsBadConfigurations) {
@@ -292,7 +296,8 @@ TEST(LlamaBlock, MatchesPyTorch) {
   const hllm::Rope rope(c.rope, c.resolved_head_dim());
   const std::size_t half = rope.rot_dims() / 2;
   std::vector<float> cos(n * half), sin(n * half);
-  for (std::size_t t = 0; t < n; ++t) rope.angles(static_cast<std::int64_t>(t), &cos[t * half], &sin[t * half]);
+  for (std::size_t t = 0; t < n; ++t)
+    rope.angles(static_cast<std::int64_t>(t), &cos[t * half], &sin[t * half]);
   hllm::KVCache<float> cache(1, static_cast<std::size_t>(c.n_kv_heads),
                              static_cast<std::size_t>(c.resolved_head_dim()), 64);
   hllm::BlockScratch scratch(c, n);

@@ -122,7 +122,8 @@ TEST(F16, ExhaustiveRoundTripAndNearest) {
       continue;
     }
     const float up = f16::from_bits(static_cast<std::uint16_t>(h.bits + 1)).to_float();
-    const float down = (h.bits & 0x7fff) ? f16::from_bits(static_cast<std::uint16_t>(h.bits - 1)).to_float() : r;
+    const float down =
+        (h.bits & 0x7fff) ? f16::from_bits(static_cast<std::uint16_t>(h.bits - 1)).to_float() : r;
     EXPECT_LE(std::fabs(r - v), std::fabs(up - v)) << v;
     EXPECT_LE(std::fabs(r - v), std::fabs(down - v)) << v;
   }
@@ -171,16 +172,19 @@ TEST(TensorView, FixedExtentsCostNoStorage) {
 TEST(TensorView, RowMajorIndexingAndStridedSlices) {
   std::vector<float> data(2 * 3 * 4);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
-  hllm::Tensor3View<float> t(data.data(), hllm::Extents<hllm::dynamic, hllm::dynamic, hllm::dynamic>(2, 3, 4));
+  hllm::Tensor3View<float> t(data.data(),
+                             hllm::Extents<hllm::dynamic, hllm::dynamic, hllm::dynamic>(2, 3, 4));
   EXPECT_EQ(t(1, 2, 3), 23.0f);
   EXPECT_EQ(t.stride(0), 12u);
   EXPECT_TRUE(t.is_contiguous());
   // Column 1 of every row of a 6×4 matrix, as a strided [6][1] view.
-  hllm::MatrixView<float> column(data.data() + 1, hllm::Extents<hllm::dynamic, hllm::dynamic>(6, 1), {4, 1});
+  hllm::MatrixView<float> column(data.data() + 1, hllm::Extents<hllm::dynamic, hllm::dynamic>(6, 1),
+                                 {4, 1});
   EXPECT_EQ(column(5, 0), 21.0f);
   hllm::MatrixView<const float> m = hllm::matrix_view<float>(data.data(), 6, 4);
   EXPECT_EQ(m.row(2)[1], 9.0f);
-  hllm::TensorView<float, hllm::Extents<2, hllm::dynamic>> fixed(data.data(), hllm::Extents<2, hllm::dynamic>(12));
+  hllm::TensorView<float, hllm::Extents<2, hllm::dynamic>> fixed(
+      data.data(), hllm::Extents<2, hllm::dynamic>(12));
   EXPECT_EQ(fixed(1, 0), 12.0f);
 }
 

@@ -21,9 +21,9 @@ using hllm::test::GoldenFile;
 // GGUF tensor name → the golden file's name for it.
 std::string golden_key(const std::string& gguf_name) {
   static const std::map<std::string, std::string> kLayerNames = {
-      {"attn_norm", "attn_norm"}, {"attn_q", "wq"},       {"attn_k", "wk"},
-      {"attn_v", "wv"},           {"attn_output", "wo"},  {"ffn_norm", "ffn_norm"},
-      {"ffn_gate", "w_gate"},     {"ffn_up", "w_up"},     {"ffn_down", "w_down"}};
+      {"attn_norm", "attn_norm"}, {"attn_q", "wq"},      {"attn_k", "wk"},
+      {"attn_v", "wv"},           {"attn_output", "wo"}, {"ffn_norm", "ffn_norm"},
+      {"ffn_gate", "w_gate"},     {"ffn_up", "w_up"},    {"ffn_down", "w_down"}};
   if (gguf_name == "token_embd.weight") return "tok_embeddings";
   if (gguf_name == "output_norm.weight") return "norm";
   if (gguf_name == "output.weight") return "output";
@@ -150,7 +150,9 @@ TEST_P(AttentionVariant, PrefillDecodeAndChunksAgree) {
   // Chunks of 7 through max_batch, and irregular prefill calls 13 + 30 + 7.
   hllm::Session<> chunked(model, {.context = 0, .max_batch = 7});
   const auto chunked_span = chunked.prefill(tokens, hllm::Logits::all);
-  EXPECT_LE(hllm::test::max_abs_diff(std::vector<float>(chunked_span.begin(), chunked_span.end()), all), 1e-5f);
+  EXPECT_LE(
+      hllm::test::max_abs_diff(std::vector<float>(chunked_span.begin(), chunked_span.end()), all),
+      1e-5f);
   hllm::Session<> pieces(model);
   std::vector<float> piecewise;
   std::size_t done = 0;
@@ -189,21 +191,29 @@ TEST(Llama, GqaWithCopiedKvHeadsEqualsMha) {
   for (std::size_t l = 0; l < gqa_weights.layers.size(); ++l) {
     const auto& L = gqa_weights.layers[l];
     const std::string p = "blk." + std::to_string(l) + ".";
-    for (auto [name, t] : {std::pair{"attn_norm", &L.attn_norm}, {"attn_q", &L.wq},
-                           {"attn_k", &L.wk}, {"attn_v", &L.wv}, {"attn_output", &L.wo},
-                           {"ffn_norm", &L.ffn_norm}, {"ffn_gate", &L.ffn.gate},
-                           {"ffn_up", &L.ffn.up}, {"ffn_down", &L.ffn.down}})
+    for (auto [name, t] : {std::pair{"attn_norm", &L.attn_norm},
+                           {"attn_q", &L.wq},
+                           {"attn_k", &L.wk},
+                           {"attn_v", &L.wv},
+                           {"attn_output", &L.wo},
+                           {"ffn_norm", &L.ffn_norm},
+                           {"ffn_gate", &L.ffn.gate},
+                           {"ffn_up", &L.ffn.up},
+                           {"ffn_down", &L.ffn.down}})
       by_name[p + name + ".weight"] = t;
   }
-  auto mha_weights = hllm::build_weights(mha, hllm::DType::f32, [&](const hllm::TensorSpec& s, std::span<float> out) {
-    const hllm::WeightTensor& src = *by_name.at(s.name);
-    const float* data = src.as<float>();
-    const bool widen = s.name.find("attn_k") != std::string::npos || s.name.find("attn_v") != std::string::npos;
-    for (std::size_t r = 0; r < s.rows; ++r) {
-      const std::size_t src_row = widen ? (r / head_dim / group) * head_dim + r % head_dim : r;
-      std::copy(data + src_row * s.cols, data + (src_row + 1) * s.cols, out.begin() + r * s.cols);
-    }
-  });
+  auto mha_weights = hllm::build_weights(
+      mha, hllm::DType::f32, [&](const hllm::TensorSpec& s, std::span<float> out) {
+        const hllm::WeightTensor& src = *by_name.at(s.name);
+        const float* data = src.as<float>();
+        const bool widen = s.name.find("attn_k") != std::string::npos ||
+                           s.name.find("attn_v") != std::string::npos;
+        for (std::size_t r = 0; r < s.rows; ++r) {
+          const std::size_t src_row = widen ? (r / head_dim / group) * head_dim + r % head_dim : r;
+          std::copy(data + src_row * s.cols, data + (src_row + 1) * s.cols,
+                    out.begin() + r * s.cols);
+        }
+      });
   const hllm::Llama<> gqa_model(gqa, gqa_weights);
   const hllm::Llama<> mha_model(mha, std::move(mha_weights));
   const auto tokens = some_tokens(20, 97);
@@ -217,8 +227,10 @@ TEST(Llama, GqaWithCopiedKvHeadsEqualsMha) {
 TEST(Llama, HalfPrecisionWeightsAndCacheStayClose) {
   const hllm::ModelConfig c = tiny_config(8, 2, 0);
   const hllm::Llama<> f32_model(c, hllm::random_weights(c, hllm::DType::f32, 9));
-  const hllm::Llama<hllm::ModelSpec<hllm::f16, hllm::f16>> f16_model(c, hllm::random_weights(c, hllm::DType::f16, 9));
-  const hllm::Llama<hllm::ModelSpec<hllm::bf16, hllm::bf16>> bf16_model(c, hllm::random_weights(c, hllm::DType::bf16, 9));
+  const hllm::Llama<hllm::ModelSpec<hllm::f16, hllm::f16>> f16_model(
+      c, hllm::random_weights(c, hllm::DType::f16, 9));
+  const hllm::Llama<hllm::ModelSpec<hllm::bf16, hllm::bf16>> bf16_model(
+      c, hllm::random_weights(c, hllm::DType::bf16, 9));
   const auto tokens = some_tokens(30, 97);
   hllm::Session<> s32(f32_model);
   hllm::Session<hllm::ModelSpec<hllm::f16, hllm::f16>> s16(f16_model);
@@ -229,7 +241,9 @@ TEST(Llama, HalfPrecisionWeightsAndCacheStayClose) {
   EXPECT_TRUE(all_close(s16.prefill(tokens), l32, 1e-2f));
   EXPECT_TRUE(all_close(sb16.prefill(tokens), l32, 5e-2f));
   // A model type that fixes f16 weights refuses f32 ones.
-  EXPECT_THROW((hllm::Llama<hllm::ModelSpec<hllm::f16>>(c, hllm::random_weights(c, hllm::DType::f32, 9))), hllm::Error);
+  EXPECT_THROW(
+      (hllm::Llama<hllm::ModelSpec<hllm::f16>>(c, hllm::random_weights(c, hllm::DType::f32, 9))),
+      hllm::Error);
 }
 
 // --- presets -------------------------------------------------------------------------------
@@ -267,7 +281,8 @@ TEST(Presets, RealDimensions) {
 TEST(Presets, FixedShapeTypeRefusesOtherShapes) {
   const hllm::ModelConfig c = tiny_config(4, 4, 0);
   try {
-    hllm::Llama<hllm::presets::TinyLlama_1_1B<>> model(c, hllm::random_weights(c, hllm::DType::f32, 1));
+    hllm::Llama<hllm::presets::TinyLlama_1_1B<>> model(
+        c, hllm::random_weights(c, hllm::DType::f32, 1));
     FAIL() << "expected hllm::Error";
   } catch (const hllm::Error& e) {
     EXPECT_NE(std::string(e.what()).find("fixes it to 2048"), std::string::npos) << e.what();

@@ -18,8 +18,10 @@ int main() {
   hllm::Session<> session(model);
   hllm::Sampler sampler({.temperature = 0.0f});
   const std::vector<std::int32_t> prompt{1, 5, 9};
-  const auto result = hllm::generate(session, prompt, sampler, {.max_tokens = 8, .stop_tokens = {}});
-  std::printf("hllm %s consumer: generated %zu tokens:", hllm::kVersionString, result.tokens.size());
+  const auto result =
+      hllm::generate(session, prompt, sampler, {.max_tokens = 8, .stop_tokens = {}});
+  std::printf("hllm %s consumer: generated %zu tokens:", hllm::kVersionString,
+              result.tokens.size());
   for (auto t : result.tokens) std::printf(" %d", t);
   std::printf("\n");
   return result.tokens.size() == 8 ? 0 : 1;

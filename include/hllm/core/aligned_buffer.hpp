@@ -30,7 +30,7 @@ class AlignedBuffer {
       throw Error(ErrorKind::capacity, "AlignedBuffer: " + std::to_string(count) +
                                            " elements overflow the address space");
     const std::size_t bytes = round_up(count * sizeof(T));
-    data_ = static_cast<T*>(::operator new(bytes, std::align_val_t{kBufferAlignment}));
+    data_ = static_cast<T*>(::operator new (bytes, std::align_val_t{kBufferAlignment}));
     std::memset(static_cast<void*>(data_), 0, bytes);
   }
   AlignedBuffer(const AlignedBuffer& other) : AlignedBuffer(other.size_) {
@@ -70,7 +70,7 @@ class AlignedBuffer {
     return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
   }
   void release() noexcept {
-    if (data_) ::operator delete(static_cast<void*>(data_), std::align_val_t{kBufferAlignment});
+    if (data_) ::operator delete (static_cast<void*>(data_), std::align_val_t{kBufferAlignment});
     data_ = nullptr;
     size_ = 0;
   }

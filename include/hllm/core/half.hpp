@@ -48,7 +48,8 @@ constexpr float f16_bits_to_float(std::uint16_t h) noexcept {
   const std::uint32_t exponent = (h >> 10) & 0x1fu;
   std::uint32_t mantissa = h & 0x3ffu;
   if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  if (exponent != 0)
+    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
   if (mantissa == 0) return std::bit_cast<float>(sign);
   // Subnormal: normalise so the leading 1 becomes the implicit bit.
   std::uint32_t float_exponent = 113;

@@ -25,9 +25,9 @@ class Extents {
   constexpr Extents() requires(kDynamicCount == 0) = default;
   // Takes exactly the dynamic extents, in order.
   template <class... Sizes>
-    requires(sizeof...(Sizes) == kDynamicCount && kDynamicCount > 0 &&
-             (std::is_integral_v<Sizes> && ...))
-  constexpr explicit Extents(Sizes... sizes) : dynamic_{static_cast<std::size_t>(sizes)...} {}
+  requires(sizeof...(Sizes) == kDynamicCount && kDynamicCount > 0 &&
+           (std::is_integral_v<Sizes> && ...)) constexpr explicit Extents(Sizes... sizes)
+      : dynamic_{static_cast<std::size_t>(sizes)...} {}
 
   static constexpr std::size_t rank() noexcept { return kRank; }
   static constexpr std::size_t static_extent(std::size_t i) noexcept { return kStatic[i]; }
@@ -70,8 +70,8 @@ class TensorView {
       : data_(data), extents_(extents), strides_(strides) {}
   // A view of const T from a view of T.
   template <class U>
-    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  constexpr TensorView(const TensorView<U, Ext>& other)
+  requires(std::is_same_v<const U, T> &&
+           !std::is_same_v<U, T>) constexpr TensorView(const TensorView<U, Ext>& other)
       : data_(other.data()), extents_(other.extents()), strides_(other.strides()) {}
 
   constexpr T* data() const noexcept { return data_; }
@@ -90,8 +90,7 @@ class TensorView {
   }
 
   template <class... Index>
-    requires(sizeof...(Index) == kRank)
-  constexpr T& operator()(Index... index) const noexcept {
+  requires(sizeof...(Index) == kRank) constexpr T& operator()(Index... index) const noexcept {
     const std::array<std::size_t, kRank> idx{static_cast<std::size_t>(index)...};
     std::size_t offset = 0;
     for (std::size_t i = 0; i < kRank; ++i) offset += idx[i] * strides_[i];
@@ -99,9 +98,7 @@ class TensorView {
   }
 
   // The innermost dimension of row `r` of a rank-2 view, as a span (requires unit inner stride).
-  constexpr std::span<T> row(std::size_t r) const noexcept
-    requires(kRank == 2)
-  {
+  constexpr std::span<T> row(std::size_t r) const noexcept requires(kRank == 2) {
     return {data_ + r * strides_[0], extents_.extent(1)};
   }
 

@@ -35,9 +35,8 @@ struct WeightTensor {
   template <class T>
   const T* as() const {
     if (type != dtype_of<T>())
-      throw Error(ErrorKind::internal, "tensor is " + dtype_name(type) + ", not " +
-                                           dtype_name(dtype_of<T>()),
-                  {}, name);
+      throw Error(ErrorKind::internal,
+                  "tensor is " + dtype_name(type) + ", not " + dtype_name(dtype_of<T>()), {}, name);
     return static_cast<const T*>(data);
   }
 
@@ -47,9 +46,13 @@ struct WeightTensor {
 
 template <class T>
 constexpr DType WeightTensor::dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::f32;
-  else if constexpr (std::is_same_v<T, f16>) return DType::f16;
-  else if constexpr (std::is_same_v<T, bf16>) return DType::bf16;
-  else static_assert(sizeof(T) == 0, "not a plain floating-point element type");
+  if constexpr (std::is_same_v<T, float>)
+    return DType::f32;
+  else if constexpr (std::is_same_v<T, f16>)
+    return DType::f16;
+  else if constexpr (std::is_same_v<T, bf16>)
+    return DType::bf16;
+  else
+    static_assert(sizeof(T) == 0, "not a plain floating-point element type");
 }
 }  // namespace hllm

@@ -13,19 +13,21 @@ namespace hllm {
 struct ModelConfig {
   std::string name = "llama";
   std::int64_t vocab_size = 0;
-  std::int64_t dim = 0;       // embedding / residual width
+  std::int64_t dim = 0;  // embedding / residual width
   std::int64_t n_layers = 0;
   std::int64_t n_heads = 0;
-  std::int64_t n_kv_heads = 0;  // = n_heads: MHA; divides n_heads: GQA; 1: MQA
-  std::int64_t head_dim = 0;    // 0: dim / n_heads
-  std::int64_t ffn_dim = 0;     // hidden width of the SwiGLU FFN
+  std::int64_t n_kv_heads = 0;      // = n_heads: MHA; divides n_heads: GQA; 1: MQA
+  std::int64_t head_dim = 0;        // 0: dim / n_heads
+  std::int64_t ffn_dim = 0;         // hidden width of the SwiGLU FFN
   std::int64_t context_length = 0;  // the longest sequence the model was trained for
   float rms_eps = 1e-5f;
   RopeConfig rope;
   std::int64_t sliding_window = 0;  // 0: none (Mistral 7B v0.1: 4096)
   bool tied_embeddings = false;     // output projection = token embedding
 
-  std::int64_t resolved_head_dim() const { return head_dim != 0 ? head_dim : (n_heads > 0 ? dim / n_heads : 0); }
+  std::int64_t resolved_head_dim() const {
+    return head_dim != 0 ? head_dim : (n_heads > 0 ? dim / n_heads : 0);
+  }
   std::int64_t q_dim() const { return n_heads * resolved_head_dim(); }
   std::int64_t kv_dim() const { return n_kv_heads * resolved_head_dim(); }
 
@@ -59,7 +61,8 @@ struct ModelConfig {
                       ") is not divisible by n_kv_heads (" + std::to_string(n_kv_heads) + ")",
                   {}, "n_kv_heads");
     if (!(rms_eps > 0.0f))
-      throw Error(ErrorKind::invalid_argument, "model config: rms_eps must be positive", {}, "rms_eps");
+      throw Error(ErrorKind::invalid_argument, "model config: rms_eps must be positive", {},
+                  "rms_eps");
     if (sliding_window < 0)
       throw Error(ErrorKind::invalid_argument, "model config: sliding_window must be >= 0", {},
                   "sliding_window");

@@ -65,10 +65,10 @@ class Llama {
   void check_tokens(std::span<const std::int32_t> tokens) const {
     for (std::size_t i = 0; i < tokens.size(); ++i)
       if (tokens[i] < 0 || tokens[i] >= config_.vocab_size)
-        throw Error(ErrorKind::out_of_range,
-                    "token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
-                        " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) +
-                        ")");
+        throw Error(ErrorKind::out_of_range, "token id " + std::to_string(tokens[i]) +
+                                                 " at index " + std::to_string(i) +
+                                                 " is outside the vocabulary [0, " +
+                                                 std::to_string(config_.vocab_size) + ")");
   }
 
   // Runs tokens (at most scratch's max_tokens) at positions start.. through the model, storing

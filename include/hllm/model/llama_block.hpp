@@ -79,8 +79,7 @@ class LlamaBlock {
   // x: [n_tokens][dim], the residual stream, updated in place. Token t sits at position
   // start + t; cos, sin: [n_tokens][rot_dims/2] for those positions.
   void forward(float* x, std::size_t n_tokens, std::size_t start, const Rope& rope,
-               const float* cos, const float* sin, KVCache<kv_type>& cache,
-               BlockScratch& s) const {
+               const float* cos, const float* sin, KVCache<kv_type>& cache, BlockScratch& s) const {
     const std::size_t dim = dim_(), head_dim = rope.head_dim();
     const std::size_t q_width = n_heads_() * head_dim, kv_width = n_kv_heads_() * head_dim;
     const std::size_t half_rot = rope.rot_dims() / 2;

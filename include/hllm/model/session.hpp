@@ -52,14 +52,14 @@ class Session {
   // Evaluates `tokens` after those already in the cache. Returns the last token's logits
   // ([vocab]) or, with Logits::all, every token's ([n_tokens][vocab]). The span stays valid
   // until the next call. Nothing changes if the tokens are invalid or do not fit.
-  std::span<const float> prefill(std::span<const std::int32_t> tokens, Logits which = Logits::last) {
+  std::span<const float> prefill(std::span<const std::int32_t> tokens,
+                                 Logits which = Logits::last) {
     if (tokens.empty()) throw Error(ErrorKind::invalid_argument, "prefill of zero tokens");
     model_.check_tokens(tokens);
     if (position() > context() || tokens.size() > context() - position())
-      throw Error(ErrorKind::capacity,
-                  std::to_string(tokens.size()) + " tokens at position " +
-                      std::to_string(position()) + " exceed the context of " +
-                      std::to_string(context()) + " tokens");
+      throw Error(ErrorKind::capacity, std::to_string(tokens.size()) + " tokens at position " +
+                                           std::to_string(position()) + " exceed the context of " +
+                                           std::to_string(context()) + " tokens");
     const std::size_t vocab = model_.vocab_size();
     const bool all = which == Logits::all;
     if (all) all_logits_.resize(tokens.size() * vocab);
@@ -89,7 +89,8 @@ class Session {
     return max_batch;
   }
   static std::size_t checked_context(std::size_t context, const ModelConfig& config) {
-    const std::size_t resolved = context ? context : static_cast<std::size_t>(config.context_length);
+    const std::size_t resolved =
+        context ? context : static_cast<std::size_t>(config.context_length);
     if (resolved > kMaxContext)
       throw Error(ErrorKind::invalid_argument, "context of " + std::to_string(resolved) +
                                                    " tokens exceeds the maximum of " +
@@ -101,8 +102,8 @@ class Session {
   std::size_t max_batch_;
   KVCache<kv_type> cache_;
   ForwardScratch scratch_;
-  AlignedBuffer<float> logits_;     // [vocab]
-  std::vector<float> all_logits_;   // [n_tokens][vocab], only for Logits::all
+  AlignedBuffer<float> logits_;    // [vocab]
+  std::vector<float> all_logits_;  // [n_tokens][vocab], only for Logits::all
 };
 
 }  // namespace hllm

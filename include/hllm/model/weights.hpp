@@ -37,8 +37,8 @@ struct LayerWeights {
 struct ModelWeights {
   WeightTensor token_embedding;  // [vocab][dim]
   std::vector<LayerWeights> layers;
-  WeightTensor output_norm;  // [1][dim], f32
-  WeightTensor output;       // [vocab][dim]; empty when tied to the embedding
+  WeightTensor output_norm;             // [1][dim], f32
+  WeightTensor output;                  // [vocab][dim]; empty when tied to the embedding
   std::shared_ptr<const void> storage;  // owner of the bytes the views point into
 };
 
@@ -98,8 +98,9 @@ inline ModelWeights assemble_weights(const ModelConfig& c,
 
 // Builds weights in one owning buffer: `fill(spec, values)` writes each tensor's float values
 // ([rows][cols]), which are then stored as `type` (norms stay f32).
-inline ModelWeights build_weights(const ModelConfig& config, DType type,
-                                  const std::function<void(const TensorSpec&, std::span<float>)>& fill) {
+inline ModelWeights build_weights(
+    const ModelConfig& config, DType type,
+    const std::function<void(const TensorSpec&, std::span<float>)>& fill) {
   config.validate();
   if (type != DType::f32 && type != DType::f16 && type != DType::bf16)
     throw Error(ErrorKind::unsupported,

@@ -28,11 +28,13 @@ class Attention {
         group_(shape.n_kv_heads ? shape.n_heads / shape.n_kv_heads : 0),
         scale_(shape.head_dim ? 1.0f / std::sqrt(static_cast<float>(shape.head_dim)) : 0.0f) {
     if (shape.n_heads == 0 || shape.n_kv_heads == 0 || shape.head_dim == 0)
-      throw Error(ErrorKind::invalid_argument, "attention: head counts and head_dim must be positive");
-    if (shape.n_heads % shape.n_kv_heads != 0)
       throw Error(ErrorKind::invalid_argument,
-                  "attention: n_heads (" + std::to_string(shape.n_heads) +
-                      ") is not divisible by n_kv_heads (" + std::to_string(shape.n_kv_heads) + ")");
+                  "attention: head counts and head_dim must be positive");
+    if (shape.n_heads % shape.n_kv_heads != 0)
+      throw Error(ErrorKind::invalid_argument, "attention: n_heads (" +
+                                                   std::to_string(shape.n_heads) +
+                                                   ") is not divisible by n_kv_heads (" +
+                                                   std::to_string(shape.n_kv_heads) + ")");
   }
 
   const AttentionShape& shape() const noexcept { return shape_; }
@@ -49,8 +51,8 @@ class Attention {
   void forward(const float* q, std::size_t position, const KVCache<KV>& cache, std::size_t layer,
                float* out) const {
     if (position >= cache.capacity())
-      throw Error(ErrorKind::out_of_range, "attention: position " + std::to_string(position) +
-                                               " is outside the KV cache");
+      throw Error(ErrorKind::out_of_range,
+                  "attention: position " + std::to_string(position) + " is outside the KV cache");
     const std::size_t first = first_visible(position);
     const std::size_t n_keys = position + 1 - first;
     const std::size_t d = shape_.head_dim;

@@ -63,10 +63,10 @@ class KVCache {
   // Throws unless `count` more tokens fit after `position`.
   void check_room(std::size_t position, std::size_t count) const {
     if (position > capacity_ || count > capacity_ - position)
-      throw Error(ErrorKind::capacity,
-                  "KV cache full: " + std::to_string(count) + " token(s) at position " +
-                      std::to_string(position) + " exceed the capacity of " +
-                      std::to_string(capacity_) + " tokens");
+      throw Error(ErrorKind::capacity, "KV cache full: " + std::to_string(count) +
+                                           " token(s) at position " + std::to_string(position) +
+                                           " exceed the capacity of " + std::to_string(capacity_) +
+                                           " tokens");
   }
   // Marks `count` more positions as committed once every layer has stored them.
   void advance(std::size_t count) {

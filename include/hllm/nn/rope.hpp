@@ -132,7 +132,8 @@ class Rope {
     const RopeScaling& s = config.scaling;
     const double d = static_cast<double>(rot_dims_);
     double theta = config.theta;
-    if (s.type == RopeScalingType::ntk) theta *= std::pow(static_cast<double>(s.factor), d / (d - 2));
+    if (s.type == RopeScalingType::ntk)
+      theta *= std::pow(static_cast<double>(s.factor), d / (d - 2));
     inv_freq_.resize(rot_dims_ / 2);
     for (std::size_t i = 0; i < inv_freq_.size(); ++i)
       inv_freq_[i] = 1.0 / std::pow(theta, 2.0 * static_cast<double>(i) / d);
@@ -146,7 +147,8 @@ class Rope {
       case RopeScalingType::yarn: apply_yarn(s, theta); break;
       case RopeScalingType::llama3: apply_llama3(s); break;
     }
-    for (std::size_t i = 0; i < config.freq_factors.size(); ++i) inv_freq_[i] /= config.freq_factors[i];
+    for (std::size_t i = 0; i < config.freq_factors.size(); ++i)
+      inv_freq_[i] /= config.freq_factors[i];
   }
 
   // YaRN: frequencies that complete fewer than beta_slow rotations over the original context
@@ -156,7 +158,8 @@ class Rope {
     const double d = static_cast<double>(rot_dims_);
     const double original = static_cast<double>(s.original_context);
     auto correction_dim = [&](double rotations) {
-      return d * std::log(original / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(theta));
+      return d * std::log(original / (rotations * 2.0 * std::numbers::pi)) /
+             (2.0 * std::log(theta));
     };
     double low = std::max(0.0, std::floor(correction_dim(s.beta_fast)));
     double high = std::min(d - 1.0, std::ceil(correction_dim(s.beta_slow)));
@@ -166,7 +169,8 @@ class Rope {
       const double extrapolation_weight = 1.0 - ramp;
       const double extrapolated = inv_freq_[i];
       const double interpolated = inv_freq_[i] / s.factor;
-      inv_freq_[i] = interpolated * (1.0 - extrapolation_weight) + extrapolated * extrapolation_weight;
+      inv_freq_[i] =
+          interpolated * (1.0 - extrapolation_weight) + extrapolated * extrapolation_weight;
     }
     mscale_ = s.attention_factor > 0.0f
                   ? s.attention_factor
