@@ -29,38 +29,49 @@ std::vector<T> convert(const std::vector<float>& v) {
   return out;
 }
 
-// y[n][rows] = x[n][cols] · W^T for W [rows][cols] of element type T.
-// Args: rows, cols, n_tokens. Batch 1 is a matvec (reports weight GB/s); larger batches report
-// GFLOP/s (2·rows·cols·n per call).
+// y[n][rows] = x[n][cols] · W^T for W [rows][cols] of element type T, single-threaded, on the
+// kernels of one ISA (Args: isa (0 scalar reference loop, 1 avx2, 2 avx512), rows, cols,
+// n_tokens). Batch 1 is a matvec and reports weight GB/s; every run reports FLOP/s
+// (2·rows·cols·n per call). "reference" is kernels/reference.hpp's plain loop, the baseline.
 template <class T>
 void BM_Matmul(benchmark::State& state) {
-  const auto rows = static_cast<std::size_t>(state.range(0));
-  const auto cols = static_cast<std::size_t>(state.range(1));
-  const auto n = static_cast<std::size_t>(state.range(2));
+  const auto isa = static_cast<hllm::Isa>(state.range(0));
+  const auto rows = static_cast<std::size_t>(state.range(1));
+  const auto cols = static_cast<std::size_t>(state.range(2));
+  const auto n = static_cast<std::size_t>(state.range(3));
+  if (!hllm::cpu_supports(isa)) {
+    state.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
   const auto w = convert<T>(random_floats(rows * cols, 1));
   const auto x = random_floats(n * cols, 2);
   std::vector<float> y(n * rows);
+  const auto fn = hllm::kernels::table_for(isa).matmul_for(hllm::WeightTensor::dtype_of<T>());
   for (auto _ : state) {
-    hllm::reference::matmul(w.data(), rows, cols, x.data(), n, y.data());
+    if (isa == hllm::Isa::scalar)
+      hllm::reference::matmul(w.data(), rows, cols, x.data(), n, y.data());
+    else
+      fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows);
     benchmark::DoNotOptimize(y.data());
   }
+  state.SetLabel(isa == hllm::Isa::scalar ? "reference" : hllm::to_string(isa));
   const double iterations = static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(rows * cols * sizeof(T))));
-  state.counters["FLOP/s"] =
-      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] = benchmark::Counter(iterations * 2.0 * double(rows * cols * n),
+                                                benchmark::Counter::kIsRate);
 }
-// Real shapes: q/o projection, gate/up, down, the output head; batch 1 (decode) and 16.
-#define HLLM_MATMUL_SHAPES(bm) \
-  BENCHMARK(bm)                \
-      ->Args({2048, 2048, 1})  \
-      ->Args({5632, 2048, 1})  \
-      ->Args({2048, 5632, 1})  \
-      ->Args({32000, 2048, 1}) \
-      ->Args({2048, 2048, 16}) \
-      ->Unit(benchmark::kMillisecond)
-HLLM_MATMUL_SHAPES(BM_Matmul<float>);
-HLLM_MATMUL_SHAPES(BM_Matmul<hllm::f16>);
-HLLM_MATMUL_SHAPES(BM_Matmul<hllm::bf16>);
+// Real shapes: q/o projection, gate/up, down, the output head; batch 1 (decode) and 64.
+void matmul_shapes(benchmark::internal::Benchmark* b) {
+  for (int isa : {0, 1, 2}) {
+    for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}})
+      b->Args({isa, rows, cols, 1});
+    if (isa != 0) b->Args({isa, 2048, 2048, 64})->Args({isa, 5632, 2048, 64});
+  }
+  b->ArgNames({"isa", "rows", "cols", "n"})->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_Matmul<float>)->Apply(matmul_shapes);
+BENCHMARK(BM_Matmul<hllm::f16>)->Apply(matmul_shapes);
+BENCHMARK(BM_Matmul<hllm::bf16>)->Apply(matmul_shapes);
 
 // RMSNorm of one 2048-wide token: reads x and weight, writes out.
 void BM_RMSNorm(benchmark::State& state) {

@@ -33,10 +33,14 @@ TEST(RMSNorm, MatchesPyTorch) {
   const auto& x = g.array("x");
   const std::size_t n = x.dim(0), dim = x.dim(1);
   std::vector<float> out(n * dim);
-  hllm::RMSNorm(g.scalar("eps"))
-      .forward(hllm::matrix_view(x.values.data(), n, dim), g["weight"].data(),
-               hllm::matrix_view(out.data(), n, dim));
-  EXPECT_TRUE(all_close(out, g["out"]));
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    std::fill(out.begin(), out.end(), 0.0f);
+    hllm::RMSNorm(g.scalar("eps"))
+        .forward(hllm::matrix_view(x.values.data(), n, dim), g["weight"].data(),
+                 hllm::matrix_view(out.data(), n, dim), hllm::kernels::table_for(isa));
+    EXPECT_TRUE(all_close(out, g["out"]));
+  }
 }
 
 TEST(RMSNorm, RejectsBadEpsilon) {
@@ -151,7 +155,8 @@ TEST(Rope, RejectsBadConfigurations) {
 // Stores k, v ([T][kv_heads][head_dim]) for positions 0..T-1 of layer 0 and attends every query.
 std::vector<float> attend_all(const std::vector<float>& q, const std::vector<float>& k,
                               const std::vector<float>& v, std::size_t n_tokens,
-                              const hllm::AttentionShape& shape) {
+                              const hllm::AttentionShape& shape,
+                              hllm::Isa isa = hllm::Isa::scalar) {
   const std::size_t q_width = shape.n_heads * shape.head_dim;
   const std::size_t kv_width = shape.n_kv_heads * shape.head_dim;
   hllm::KVCache<float> cache(1, shape.n_kv_heads, shape.head_dim, n_tokens);
@@ -161,7 +166,8 @@ std::vector<float> attend_all(const std::vector<float>& q, const std::vector<flo
   const hllm::Attention attention(shape);
   std::vector<float> out(n_tokens * q_width);
   for (std::size_t t = 0; t < n_tokens; ++t)
-    attention.forward(q.data() + t * q_width, t, cache, 0, out.data() + t * q_width);
+    attention.forward(q.data() + t * q_width, t, cache, 0, out.data() + t * q_width,
+                      hllm::kernels::table_for(isa));
   return out;
 }
 
@@ -175,7 +181,11 @@ TEST_P(AttentionGolden, MatchesPyTorch) {
   const hllm::AttentionShape shape{q.dim(1), k.dim(1), q.dim(2),
                                    static_cast<std::size_t>(g.integer(p + "window"))};
   // T = 37 keys with tile size 32: the online softmax crosses a tile boundary mid-sequence.
-  EXPECT_TRUE(all_close(attend_all(q.values, k.values, g[p + "v"], q.dim(0), shape), g[p + "out"]));
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    EXPECT_TRUE(all_close(attend_all(q.values, k.values, g[p + "v"], q.dim(0), shape, isa),
+                          g[p + "out"]));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(MhaGqaMqaWithAndWithoutWindow, AttentionGolden,
@@ -251,8 +261,17 @@ TEST(SwiGLU, MatchesPyTorch) {
                                    f32_tensor(g, "w_down")};
   const std::size_t n = x.dim(0);
   std::vector<float> out(n * x.dim(1)), gate(n * w.gate.rows), up(n * w.up.rows);
-  hllm::SwiGLU::forward(w, x.values.data(), n, out.data(), gate.data(), up.data());
-  EXPECT_TRUE(all_close(out, g["out"]));
+  // Every ISA, on one thread and on three (rows split unevenly across threads).
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    for (std::size_t threads : {1u, 3u}) {
+      SCOPED_TRACE(std::string(hllm::to_string(isa)) + " threads " + std::to_string(threads));
+      hllm::ThreadPool pool(threads);
+      const hllm::Compute compute(hllm::kernels::table_for(isa), pool);
+      std::fill(out.begin(), out.end(), 0.0f);
+      hllm::SwiGLU::forward(compute, w, x.values.data(), n, out.data(), gate.data(), up.data());
+      EXPECT_TRUE(all_close(out, g["out"]));
+    }
+  }
 }
 
 // The reference matmul against Eigen, an independent implementation, on a ragged shape.
@@ -298,13 +317,18 @@ TEST(LlamaBlock, MatchesPyTorch) {
   std::vector<float> cos(n * half), sin(n * half);
   for (std::size_t t = 0; t < n; ++t)
     rope.angles(static_cast<std::int64_t>(t), &cos[t * half], &sin[t * half]);
-  hllm::KVCache<float> cache(1, static_cast<std::size_t>(c.n_kv_heads),
-                             static_cast<std::size_t>(c.resolved_head_dim()), 64);
   hllm::BlockScratch scratch(c, n);
-  std::vector<float> residual = x.values;
   hllm::LlamaBlock<> block(c, w, 0);
-  block.forward(residual.data(), n, 0, rope, cos.data(), sin.data(), cache, scratch);
-  EXPECT_TRUE(all_close(residual, g["out"]));
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    hllm::KVCache<float> cache(1, static_cast<std::size_t>(c.n_kv_heads),
+                               static_cast<std::size_t>(c.resolved_head_dim()), 64);
+    hllm::ThreadPool pool(2);
+    const hllm::Compute compute(hllm::kernels::table_for(isa), pool);
+    std::vector<float> residual = x.values;
+    block.forward(compute, residual.data(), n, 0, rope, cos.data(), sin.data(), cache, scratch);
+    EXPECT_TRUE(all_close(residual, g["out"]));
+  }
 }
 
 }  // namespace

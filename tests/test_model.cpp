@@ -85,17 +85,20 @@ TEST_P(HuggingFaceModel, LogitsMatchTransformers) {
   const auto tokens = golden_tokens(g);
   ASSERT_GE(tokens.size(), 64u);
 
-  hllm::Session<> prefill_session(model);
-  const auto all = prefill_session.prefill(tokens, hllm::Logits::all);
-  EXPECT_TRUE(all_close(all, g["logits"]));
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    hllm::Session<> prefill_session(model, {.threads = 2, .isa = isa});
+    const auto all = prefill_session.prefill(tokens, hllm::Logits::all);
+    EXPECT_TRUE(all_close(all, g["logits"]));
 
-  hllm::Session<> decode_session(model);
-  std::vector<float> decoded;
-  for (std::int32_t t : tokens) {
-    const auto logits = decode_session.decode(t);
-    decoded.insert(decoded.end(), logits.begin(), logits.end());
+    hllm::Session<> decode_session(model, {.threads = 2, .isa = isa});
+    std::vector<float> decoded;
+    for (std::int32_t t : tokens) {
+      const auto logits = decode_session.decode(t);
+      decoded.insert(decoded.end(), logits.begin(), logits.end());
+    }
+    EXPECT_TRUE(all_close(decoded, g["logits"]));
   }
-  EXPECT_TRUE(all_close(decoded, g["logits"]));
 }
 
 INSTANTIATE_TEST_SUITE_P(UntiedAndTiedLlama3Scaling, HuggingFaceModel,

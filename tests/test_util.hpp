@@ -9,6 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "hllm/simd/isa.hpp"
+
 namespace hllm::test {
 
 inline float max_abs(std::span<const float> v) {
@@ -52,6 +54,14 @@ inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float
   std::vector<float> v(n);
   for (float& x : v) x = normal(rng);
   return v;
+}
+
+// Every ISA this CPU can run: kernels are tested on each, forced one by one.
+inline std::vector<Isa> supported_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512})
+    if (cpu_supports(isa)) isas.push_back(isa);
+  return isas;
 }
 
 }  // namespace hllm::test

@@ -12,6 +12,7 @@
 
 #include "hllm/core/aligned_buffer.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/kernels/compute.hpp"
 #include "hllm/kernels/reference.hpp"
 #include "hllm/model/config.hpp"
 #include "hllm/model/llama_block.hpp"
@@ -74,8 +75,9 @@ class Llama {
   // Runs tokens (at most scratch's max_tokens) at positions start.. through the model, storing
   // their keys/values in `cache`. logits: [n_tokens][vocab] if all_logits, else [vocab] for the
   // last token only.
-  void forward(std::span<const std::int32_t> tokens, std::size_t start, KVCache<kv_type>& cache,
-               ForwardScratch& scratch, float* logits, bool all_logits) const {
+  void forward(const Compute& compute, std::span<const std::int32_t> tokens, std::size_t start,
+               KVCache<kv_type>& cache, ForwardScratch& scratch, float* logits,
+               bool all_logits) const {
     const std::size_t n = tokens.size(), dim = static_cast<std::size_t>(config_.dim);
     const std::size_t half_rot = rope_.rot_dims() / 2;
     if (n == 0 || n > scratch.block.max_tokens)
@@ -90,15 +92,16 @@ class Llama {
                    scratch.sin.data() + t * half_rot);
     }
     for (const auto& block : blocks_)
-      block.forward(x, n, start, rope_, scratch.cos.data(), scratch.sin.data(), cache,
+      block.forward(compute, x, n, start, rope_, scratch.cos.data(), scratch.sin.data(), cache,
                     scratch.block);
     cache.advance(n);
 
     const std::size_t first = all_logits ? 0 : n - 1;
     float* normed = scratch.block.normed.data();
     final_norm_.forward(matrix_view<const float>(x + first * dim, n - first, dim),
-                        weights_.output_norm.as<float>(), matrix_view(normed, n - first, dim));
-    reference::matmul(output_weight(), normed, n - first, logits);
+                        weights_.output_norm.as<float>(), matrix_view(normed, n - first, dim),
+                        compute.kernels());
+    compute.matmul(output_weight(), normed, n - first, logits);
   }
 
  private:

@@ -10,7 +10,7 @@
 
 #include "hllm/core/aligned_buffer.hpp"
 #include "hllm/core/tensor.hpp"
-#include "hllm/kernels/reference.hpp"
+#include "hllm/kernels/compute.hpp"
 #include "hllm/model/config.hpp"
 #include "hllm/model/spec.hpp"
 #include "hllm/model/weights.hpp"
@@ -78,33 +78,40 @@ class LlamaBlock {
 
   // x: [n_tokens][dim], the residual stream, updated in place. Token t sits at position
   // start + t; cos, sin: [n_tokens][rot_dims/2] for those positions.
-  void forward(float* x, std::size_t n_tokens, std::size_t start, const Rope& rope,
-               const float* cos, const float* sin, KVCache<kv_type>& cache, BlockScratch& s) const {
+  void forward(const Compute& compute, float* x, std::size_t n_tokens, std::size_t start,
+               const Rope& rope, const float* cos, const float* sin, KVCache<kv_type>& cache,
+               BlockScratch& s) const {
     const std::size_t dim = dim_(), head_dim = rope.head_dim();
     const std::size_t q_width = n_heads_() * head_dim, kv_width = n_kv_heads_() * head_dim;
     const std::size_t half_rot = rope.rot_dims() / 2;
 
     norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.attn_norm.as<float>(),
-                  matrix_view(s.normed.data(), n_tokens, dim));
-    reference::matmul(weights_.wq, s.normed.data(), n_tokens, s.q.data());
-    reference::matmul(weights_.wk, s.normed.data(), n_tokens, s.k.data());
-    reference::matmul(weights_.wv, s.normed.data(), n_tokens, s.v.data());
+                  matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
+    compute.matmul(weights_.wq, s.normed.data(), n_tokens, s.q.data());
+    compute.matmul(weights_.wk, s.normed.data(), n_tokens, s.k.data());
+    compute.matmul(weights_.wv, s.normed.data(), n_tokens, s.v.data());
     for (std::size_t t = 0; t < n_tokens; ++t) {
       rope.apply(s.q.data() + t * q_width, n_heads_(), cos + t * half_rot, sin + t * half_rot);
       rope.apply(s.k.data() + t * kv_width, n_kv_heads_(), cos + t * half_rot, sin + t * half_rot);
       cache.store(layer_, start + t, s.k.data() + t * kv_width, s.v.data() + t * kv_width);
     }
     // Causality inside the chunk comes for free: token t attends to positions <= start + t,
-    // all of which were stored above.
-    for (std::size_t t = 0; t < n_tokens; ++t)
-      attention_.forward(s.q.data() + t * q_width, start + t, cache, layer_,
-                         s.attn.data() + t * q_width);
-    reference::matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
+    // all of which were stored above (store() checked them against the capacity). The
+    // (token, head) pairs are independent, so threads split them.
+    const std::size_t n_heads = n_heads_();
+    compute.pool().parallel_for(n_tokens * n_heads, 1, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        const std::size_t t = i / n_heads, h = i % n_heads;
+        attention_.forward_unchecked(s.q.data() + t * q_width, start + t, cache, layer_,
+                                     s.attn.data() + t * q_width, compute.kernels(), h, h + 1);
+      }
+    });
+    compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
     add_into(x, s.projected.data(), n_tokens * dim);
 
     norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm.as<float>(),
-                  matrix_view(s.normed.data(), n_tokens, dim));
-    SwiGLU::forward(weights_.ffn, s.normed.data(), n_tokens, s.projected.data(), s.gate.data(),
+                  matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
+    SwiGLU::forward(compute, weights_.ffn, s.normed.data(), n_tokens, s.projected.data(), s.gate.data(),
                     s.up.data());
     add_into(x, s.projected.data(), n_tokens * dim);
   }

@@ -4,6 +4,7 @@
 // run on one model from different threads. The model must outlive its sessions.
 
 #include <algorithm>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -11,6 +12,9 @@
 #include <vector>
 
 #include "hllm/core/error.hpp"
+#include "hllm/core/thread_pool.hpp"
+#include "hllm/kernels/compute.hpp"
+#include "hllm/kernels/dispatch.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/nn/kv_cache.hpp"
 
@@ -19,6 +23,8 @@ namespace hllm {
 struct SessionOptions {
   std::size_t context = 0;     // KV cache capacity in tokens; 0: the model's context length
   std::size_t max_batch = 64;  // tokens per forward chunk during prefill
+  std::size_t threads = 0;     // worker threads (caller included); 0: the physical core count
+  std::optional<Isa> isa;      // kernels to run; unset: HLLM_ISA, else the best this CPU has
 };
 
 // Which logits prefill returns.
@@ -41,13 +47,17 @@ class Session {
                static_cast<std::size_t>(model.config().resolved_head_dim()),
                checked_context(options.context, model.config())),
         scratch_(model.config(), max_batch_, model.rope().rot_dims() / 2),
-        logits_(model.vocab_size()) {}
+        logits_(model.vocab_size()),
+        pool_(options.threads ? options.threads : default_thread_count()),
+        compute_(options.isa ? kernels::table_for(*options.isa) : kernels::active(), pool_) {}
 
   const Llama<Spec>& model() const noexcept { return model_; }
   // Tokens evaluated so far: the position the next token will take.
   std::size_t position() const noexcept { return cache_.length(); }
   std::size_t context() const noexcept { return cache_.capacity(); }
   const KVCache<kv_type>& kv_cache() const noexcept { return cache_; }
+  std::size_t threads() const noexcept { return pool_.size(); }
+  Isa isa() const noexcept { return compute_.isa(); }
 
   // Evaluates `tokens` after those already in the cache. Returns the last token's logits
   // ([vocab]) or, with Logits::all, every token's ([n_tokens][vocab]). The span stays valid
@@ -66,7 +76,7 @@ class Session {
     for (std::size_t done = 0; done < tokens.size();) {
       const std::size_t n = std::min(max_batch_, tokens.size() - done);
       float* out = all ? all_logits_.data() + done * vocab : logits_.data();
-      model_.forward(tokens.subspan(done, n), position(), cache_, scratch_, out, all);
+      model_.forward(compute_, tokens.subspan(done, n), position(), cache_, scratch_, out, all);
       done += n;
     }
     if (all) return all_logits_;
@@ -104,6 +114,8 @@ class Session {
   ForwardScratch scratch_;
   AlignedBuffer<float> logits_;    // [vocab]
   std::vector<float> all_logits_;  // [n_tokens][vocab], only for Logits::all
+  ThreadPool pool_;
+  Compute compute_;
 };
 
 }  // namespace hllm

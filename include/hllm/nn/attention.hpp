@@ -4,12 +4,14 @@
 // and n_kv_heads = 1 is MQA. Scores are consumed tile by tile with an online softmax, so no
 // T×T score matrix is ever allocated.
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstddef>
 #include <string>
 
 #include "hllm/core/error.hpp"
-#include "hllm/kernels/reference.hpp"
+#include "hllm/kernels/dispatch.hpp"
 #include "hllm/nn/kv_cache.hpp"
 
 namespace hllm {
@@ -45,22 +47,33 @@ class Attention {
     return (w != 0 && position + 1 > w) ? position + 1 - w : 0;
   }
 
-  // One query token at `position` whose keys/values (and all earlier ones) are in the cache.
+  // One query token at `position` whose keys/values (and all earlier ones) are in the cache,
+  // for query heads [head_begin, head_end) (a caller may split heads across threads).
   // q, out: [n_heads][head_dim]
   template <class KV>
   void forward(const float* q, std::size_t position, const KVCache<KV>& cache, std::size_t layer,
-               float* out) const {
+               float* out, const kernels::KernelTable& kernels = kernels::active(),
+               std::size_t head_begin = 0, std::size_t head_end = SIZE_MAX) const {
     if (position >= cache.capacity())
-      throw Error(ErrorKind::out_of_range,
-                  "attention: position " + std::to_string(position) + " is outside the KV cache");
+      throw Error(ErrorKind::out_of_range, "attention: position " + std::to_string(position) +
+                                               " is outside the KV cache");
+    forward_unchecked(q, position, cache, layer, out, kernels, head_begin, head_end);
+  }
+
+  // The same without the position check, for callers that checked it before entering a
+  // parallel region (where nothing may throw).
+  template <class KV>
+  void forward_unchecked(const float* q, std::size_t position, const KVCache<KV>& cache,
+                         std::size_t layer, float* out, const kernels::KernelTable& kernels,
+                         std::size_t head_begin, std::size_t head_end) const noexcept {
     const std::size_t first = first_visible(position);
     const std::size_t n_keys = position + 1 - first;
     const std::size_t d = shape_.head_dim;
-    for (std::size_t h = 0; h < shape_.n_heads; ++h) {
+    const kernels::AttendHeadFn attend = kernels.attend_head_for<KV>();
+    for (std::size_t h = head_begin; h < std::min(head_end, shape_.n_heads); ++h) {
       const std::size_t kv_head = h / group_;
-      reference::attend_head(q + h * d, cache.keys(layer, kv_head) + first * d,
-                             cache.values(layer, kv_head) + first * d, n_keys, d, scale_,
-                             out + h * d);
+      attend(q + h * d, cache.keys(layer, kv_head) + first * d,
+             cache.values(layer, kv_head) + first * d, n_keys, d, scale_, out + h * d);
     }
   }
 

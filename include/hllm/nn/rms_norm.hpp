@@ -6,7 +6,7 @@
 
 #include "hllm/core/error.hpp"
 #include "hllm/core/tensor.hpp"
-#include "hllm/kernels/reference.hpp"
+#include "hllm/kernels/dispatch.hpp"
 
 namespace hllm {
 
@@ -18,10 +18,11 @@ class RMSNorm {
   }
   float eps() const noexcept { return eps_; }
 
-  // x, out: [n_tokens][dim] (may alias), weight: [dim]
-  void forward(MatrixView<const float> x, const float* weight, MatrixView<float> out) const {
+  // x, out: [n_tokens][dim] (may alias), weight: [dim]; on the kernels of one ISA.
+  void forward(MatrixView<const float> x, const float* weight, MatrixView<float> out,
+               const kernels::KernelTable& kernels = kernels::active()) const {
     for (std::size_t t = 0; t < x.extent(0); ++t)
-      reference::rms_norm(x.row(t).data(), weight, x.extent(1), eps_, out.row(t).data());
+      kernels.rms_norm(x.row(t).data(), weight, x.extent(1), eps_, out.row(t).data());
   }
 
  private:

@@ -5,7 +5,7 @@
 
 #include "hllm/core/error.hpp"
 #include "hllm/core/weight_tensor.hpp"
-#include "hllm/kernels/reference.hpp"
+#include "hllm/kernels/compute.hpp"
 
 namespace hllm {
 
@@ -19,12 +19,12 @@ class SwiGLU {
  public:
   // x: [n_tokens][dim], out: [n_tokens][dim] (must not alias x),
   // gate_scratch, up_scratch: [n_tokens][ffn_dim] each.
-  static void forward(const FeedForwardWeights& w, const float* x, std::size_t n_tokens, float* out,
-                      float* gate_scratch, float* up_scratch) {
-    reference::matmul(w.gate, x, n_tokens, gate_scratch);
-    reference::matmul(w.up, x, n_tokens, up_scratch);
-    reference::silu_mul(gate_scratch, up_scratch, n_tokens * w.gate.rows, gate_scratch);
-    reference::matmul(w.down, gate_scratch, n_tokens, out);
+  static void forward(const Compute& compute, const FeedForwardWeights& w, const float* x,
+                      std::size_t n_tokens, float* out, float* gate_scratch, float* up_scratch) {
+    compute.matmul(w.gate, x, n_tokens, gate_scratch);
+    compute.matmul(w.up, x, n_tokens, up_scratch);
+    compute.silu_mul(gate_scratch, up_scratch, n_tokens * w.gate.rows, gate_scratch);
+    compute.matmul(w.down, gate_scratch, n_tokens, out);
   }
 };
 

@@ -1,0 +1,196 @@
+// The optimized kernels against their scalar reference twins (kernels/reference.hpp), on every
+// ISA this CPU supports, forced one by one, over random shapes with ragged tails; plus the
+// thread pool and the ISA selection.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "hllm/core/thread_pool.hpp"
+#include "hllm/kernels/compute.hpp"
+#include "hllm/kernels/dispatch.hpp"
+#include "hllm/kernels/reference.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using hllm::Isa;
+
+template <class T>
+std::vector<T> to_type(const std::vector<float>& v) {
+  std::vector<T> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = hllm::from_float<T>(v[i]);
+  return out;
+}
+
+// Error bound of a float32 dot product of n terms summed in any order (Higham, Accuracy and
+// Stability of Numerical Algorithms, §3.1): |computed - exact| <= gamma_n · sum |w_i x_i| with
+// gamma_n = n·u / (1 - n·u), u = 2^-24. Both the kernel and the reference obey it, so they
+// differ by at most twice that. Weights are already exact in float (f16/bf16 widen exactly).
+double dot_error_bound(std::size_t n, double sum_abs) {
+  const double u = std::ldexp(1.0, -24);
+  const double nu = static_cast<double>(n + 1) * u;  // +1: the final rounding of the store
+  return 2.0 * nu / (1.0 - nu) * sum_abs;
+}
+
+template <class W>
+void check_matmul(Isa isa, std::size_t rows, std::size_t cols, std::size_t n_tokens,
+                  std::uint32_t seed) {
+  const auto w_float = hllm::test::random_vector(rows * cols, seed);
+  const auto w = to_type<W>(w_float);
+  const auto x = hllm::test::random_vector(n_tokens * cols, seed + 1);
+  std::vector<float> expected(n_tokens * rows), actual(n_tokens * rows, NAN);
+  hllm::reference::matmul(w.data(), rows, cols, x.data(), n_tokens, expected.data());
+  const auto& table = hllm::kernels::table_for(isa);
+  const hllm::kernels::MatmulFn fn = table.matmul_for(hllm::WeightTensor::dtype_of<W>());
+  ASSERT_NE(fn, nullptr);
+  // Two row ranges, split at an odd row, as threads would: each must write exactly its rows.
+  const std::size_t split = rows / 2 | 1;
+  fn(w.data(), rows, cols, x.data(), n_tokens, actual.data(), 0, std::min(split, rows));
+  fn(w.data(), rows, cols, x.data(), n_tokens, actual.data(), std::min(split, rows), rows);
+  for (std::size_t t = 0; t < n_tokens; ++t)
+    for (std::size_t r = 0; r < rows; ++r) {
+      double sum_abs = 0;
+      for (std::size_t c = 0; c < cols; ++c)
+        sum_abs += std::fabs(double(hllm::to_float(w[r * cols + c])) * x[t * cols + c]);
+      const std::size_t i = t * rows + r;
+      ASSERT_LE(std::fabs(double(actual[i]) - expected[i]), dot_error_bound(cols, sum_abs))
+          << hllm::to_string(isa) << " rows " << rows << " cols " << cols << " tokens "
+          << n_tokens << " at [" << t << "][" << r << "]";
+    }
+}
+
+class KernelIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!hllm::cpu_supports(GetParam()))
+      GTEST_SKIP() << "this CPU cannot run " << hllm::to_string(GetParam());
+  }
+};
+
+// Shapes with ragged tails in every dimension: columns not a multiple of 8 or 16, odd row
+// counts (not a multiple of the 4-row tile), token counts not a multiple of the 4-token tile.
+TEST_P(KernelIsa, MatmulMatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<std::size_t> rows_dist(1, 70), cols_dist(1, 300), tokens_dist(1, 9);
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::size_t rows = rows_dist(rng), cols = cols_dist(rng), n = tokens_dist(rng);
+    const auto seed = static_cast<std::uint32_t>(trial * 7);
+    check_matmul<float>(GetParam(), rows, cols, n, seed);
+    check_matmul<hllm::f16>(GetParam(), rows, cols, n, seed);
+    check_matmul<hllm::bf16>(GetParam(), rows, cols, n, seed);
+  }
+  for (std::size_t cols : {1u, 7u, 8u, 15u, 16u, 17u, 31u, 32u, 33u, 64u, 2048u})
+    check_matmul<float>(GetParam(), 5, cols, 5, 99);
+}
+
+TEST_P(KernelIsa, RmsNormMatchesReference) {
+  const auto& table = hllm::kernels::table_for(GetParam());
+  for (std::size_t n : {1u, 5u, 16u, 17u, 63u, 256u, 2049u}) {
+    const auto x = hllm::test::random_vector(n, 3), w = hllm::test::random_vector(n, 4);
+    std::vector<float> expected(n), actual(n);
+    hllm::reference::rms_norm(x.data(), w.data(), n, 1e-5f, expected.data());
+    table.rms_norm(x.data(), w.data(), n, 1e-5f, actual.data());
+    // The mean of squares in float vs double: relative error <= gamma_n (see above) on a
+    // positive sum, halved by the square root, plus a few roundings in the scaling.
+    EXPECT_TRUE(hllm::test::all_close(actual, expected, 1e-5f)) << n;
+  }
+}
+
+template <class KV>
+void check_attention(Isa isa, std::size_t n_keys, std::size_t head_dim) {
+  const auto q = hllm::test::random_vector(head_dim, 5);
+  const auto k = to_type<KV>(hllm::test::random_vector(n_keys * head_dim, 6));
+  const auto v = to_type<KV>(hllm::test::random_vector(n_keys * head_dim, 7));
+  std::vector<float> expected(head_dim), actual(head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  hllm::reference::attend_head(q.data(), k.data(), v.data(), n_keys, head_dim, scale,
+                               expected.data());
+  hllm::kernels::table_for(isa).attend_head_for<KV>()(q.data(), k.data(), v.data(), n_keys,
+                                                      head_dim, scale, actual.data());
+  // Scores differ by the dot-product bound (|q||k| ~ head_dim here, times 2·head_dim·u), which
+  // moves softmax weights by the same relative amount; the output is a convex combination of
+  // values of size ~1, so 1e-5 of the output scale covers head_dim up to 128 with margin.
+  EXPECT_TRUE(hllm::test::all_close(actual, expected, 1e-5f))
+      << hllm::to_string(isa) << " keys " << n_keys << " head_dim " << head_dim;
+}
+
+TEST_P(KernelIsa, AttentionMatchesReference) {
+  for (std::size_t n_keys : {1u, 2u, 31u, 32u, 33u, 100u})
+    for (std::size_t head_dim : {8u, 20u, 64u, 128u}) {
+      check_attention<float>(GetParam(), n_keys, head_dim);
+      check_attention<hllm::f16>(GetParam(), n_keys, head_dim);
+      check_attention<hllm::bf16>(GetParam(), n_keys, head_dim);
+    }
+}
+
+TEST_P(KernelIsa, ComputeSplitsRowsAcrossThreadsExactly) {
+  // The threaded matmul gives bit-identical results for any thread count: each output is
+  // computed by one thread with the same kernel, only the row ranges move.
+  const std::size_t rows = 203, cols = 77, n = 3;
+  const auto w = hllm::test::random_vector(rows * cols, 8);
+  const auto x = hllm::test::random_vector(n * cols, 9);
+  const hllm::WeightTensor tensor{hllm::DType::f32, w.data(), rows, cols, "w"};
+  std::vector<float> one(n * rows), many(n * rows);
+  hllm::ThreadPool single(1), pool(5);
+  hllm::Compute(hllm::kernels::table_for(GetParam()), single).matmul(tensor, x.data(), n, one.data());
+  hllm::Compute(hllm::kernels::table_for(GetParam()), pool).matmul(tensor, x.data(), n, many.data());
+  EXPECT_EQ(one, many);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, KernelIsa,
+                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+                         [](const auto& param_info) { return hllm::to_string(param_info.param); });
+
+TEST(ThreadPool, RunsEveryIndexOnceAndReuses) {
+  hllm::ThreadPool pool(4);
+  std::vector<std::atomic<int>> hits(4);
+  for (int round = 0; round < 1000; ++round)
+    pool.run([&](std::size_t index, std::size_t count) {
+      EXPECT_EQ(count, 4u);
+      hits[index].fetch_add(1);
+    });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1000);
+}
+
+TEST(ThreadPool, ParallelForCoversTheRangeInGrains) {
+  for (std::size_t threads : {1u, 2u, 3u, 7u}) {
+    hllm::ThreadPool pool(threads);
+    for (std::size_t n : {0u, 1u, 5u, 16u, 100u, 1001u}) {
+      std::vector<std::atomic<int>> covered(n);
+      pool.parallel_for(n, 16, [&](std::size_t begin, std::size_t end) {
+        EXPECT_EQ(begin % 16, 0u);
+        for (std::size_t i = begin; i < end; ++i) covered[i].fetch_add(1);
+      });
+      for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(covered[i].load(), 1) << n << " " << i;
+    }
+  }
+}
+
+TEST(ThreadPool, RejectsZeroAndAbsurdThreadCounts) {
+  EXPECT_THROW(hllm::ThreadPool(0), hllm::Error);
+  EXPECT_THROW(hllm::ThreadPool(100000), hllm::Error);
+  EXPECT_GE(hllm::default_thread_count(), 1u);
+}
+
+TEST(Isa, ParsesNamesAndRefusesUnknownOnes) {
+  EXPECT_EQ(hllm::parse_isa("avx2"), Isa::avx2);
+  EXPECT_THROW(hllm::parse_isa("sse9"), hllm::Error);
+  EXPECT_TRUE(hllm::cpu_supports(Isa::scalar));
+  EXPECT_TRUE(hllm::cpu_supports(hllm::best_supported_isa()));
+}
+
+TEST(Isa, EnvironmentOverride) {
+  ::setenv("HLLM_ISA", "scalar", 1);
+  EXPECT_EQ(hllm::selected_isa(), Isa::scalar);
+  ::setenv("HLLM_ISA", "bogus", 1);
+  EXPECT_THROW(hllm::selected_isa(), hllm::Error);
+  ::unsetenv("HLLM_ISA");
+  EXPECT_EQ(hllm::selected_isa(), hllm::best_supported_isa());
+}
+
+}  // namespace
