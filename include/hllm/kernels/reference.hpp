@@ -6,10 +6,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
+#include "hllm/core/quant_blocks.hpp"
 #include "hllm/core/weight_tensor.hpp"
 
 namespace hllm {
@@ -37,12 +42,137 @@ void matmul(const W* w, std::size_t rows, std::size_t cols, const float* x, std:
   }
 }
 
-// The same for a runtime-typed weight; quantized types join this switch with their own issue.
+// Dequantization of single blocks, exactly as ggml's dequantize_row_* defines each layout.
+// out: [block elements]
+inline void dequantize_block(const BlockQ8_0& b, float* out) {
+  const float d = to_float(b.d);
+  for (std::size_t i = 0; i < kQK8_0; ++i) out[i] = d * static_cast<float>(b.qs[i]);
+}
+
+inline void dequantize_block(const BlockQ4_0& b, float* out) {
+  const float d = to_float(b.d);
+  for (std::size_t j = 0; j < kQK4_0 / 2; ++j) {
+    out[j] = static_cast<float>((b.qs[j] & 0x0f) - 8) * d;
+    out[j + kQK4_0 / 2] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
+  }
+}
+
+inline void dequantize_block(const BlockQ4_1& b, float* out) {
+  const float d = to_float(b.d), m = to_float(b.m);
+  for (std::size_t j = 0; j < kQK4_1 / 2; ++j) {
+    out[j] = static_cast<float>(b.qs[j] & 0x0f) * d + m;
+    out[j + kQK4_1 / 2] = static_cast<float>(b.qs[j] >> 4) * d + m;
+  }
+}
+
+// The 6-bit scale and min of Q4_K sub-block j (0..7) from the 12 packed bytes: sub-blocks 0..3
+// use the low 6 bits of bytes j and j+4; 4..7 combine a nibble of byte j+4 with the top two bits
+// of bytes j-4 (scale) and j (min).
+inline void q4_k_scale_min(std::size_t j, const std::uint8_t* q, std::uint8_t& scale,
+                           std::uint8_t& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = static_cast<std::uint8_t>((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+    min = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+inline void dequantize_block(const BlockQ4_K& b, float* out) {
+  const float d = to_float(b.d), dmin = to_float(b.dmin);
+  const std::uint8_t* q = b.qs;
+  for (std::size_t group = 0; group < 4; ++group) {  // 64 elements: two sub-blocks
+    std::uint8_t sc = 0, m = 0;
+    q4_k_scale_min(2 * group, b.scales, sc, m);
+    const float d1 = d * sc, m1 = dmin * m;
+    q4_k_scale_min(2 * group + 1, b.scales, sc, m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (std::size_t l = 0; l < 32; ++l) *out++ = d1 * static_cast<float>(q[l] & 0x0f) - m1;
+    for (std::size_t l = 0; l < 32; ++l) *out++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+    q += 32;
+  }
+}
+
+inline void dequantize_block(const BlockQ6_K& b, float* out) {
+  const float d = to_float(b.d);
+  const std::uint8_t* ql = b.ql;
+  const std::uint8_t* qh = b.qh;
+  const std::int8_t* sc = b.scales;
+  for (std::size_t half = 0; half < 2; ++half) {  // 128 elements each
+    for (std::size_t l = 0; l < 32; ++l) {
+      const std::size_t is = l / 16;
+      const int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      out[l] = d * static_cast<float>(sc[is + 0]) * static_cast<float>(q1);
+      out[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+      out[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+      out[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+    }
+    out += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+// Row `row` of a quantized matrix, block by block. Blocks are copied out of the raw bytes
+// first: in a file they are only 2-byte aligned, and this keeps every access well-defined.
+// out: [w.cols]
+template <class Block, std::size_t BlockElements>
+void dequantize_blocks(const WeightTensor& w, std::size_t row, float* out) {
+  if (w.cols % BlockElements != 0)
+    throw Error(ErrorKind::internal,
+                "column count " + std::to_string(w.cols) + " is not a multiple of the block size",
+                {}, w.name);
+  const std::size_t blocks = w.cols / BlockElements;
+  const auto* src = static_cast<const std::byte*>(w.data) + row * blocks * sizeof(Block);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    Block block;
+    std::memcpy(&block, src + b * sizeof(Block), sizeof(Block));
+    dequantize_block(block, out + b * BlockElements);
+  }
+}
+
+// Row `row` of a quantized weight as float32; false if w.type is not a quantized type.
+inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, float* out) {
+  switch (w.type) {
+    case DType::q8_0: dequantize_blocks<BlockQ8_0, kQK8_0>(w, row, out); return true;
+    case DType::q4_0: dequantize_blocks<BlockQ4_0, kQK4_0>(w, row, out); return true;
+    case DType::q4_1: dequantize_blocks<BlockQ4_1, kQK4_1>(w, row, out); return true;
+    case DType::q4_k: dequantize_blocks<BlockQ4_K, kQK_K>(w, row, out); return true;
+    case DType::q6_k: dequantize_blocks<BlockQ6_K, kQK_K>(w, row, out); return true;
+    default: return false;
+  }
+}
+
+// The same for a runtime-typed weight. Quantized weights are dequantized one row at a time to
+// float32 and dotted with the (unquantized) activations: the exact reference of every fast
+// integer kernel.
 inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, float* y) {
   switch (w.type) {
     case DType::f32: return matmul(w.as<float>(), w.rows, w.cols, x, n_tokens, y);
     case DType::f16: return matmul(w.as<f16>(), w.rows, w.cols, x, n_tokens, y);
     case DType::bf16: return matmul(w.as<bf16>(), w.rows, w.cols, x, n_tokens, y);
+    case DType::q8_0:
+    case DType::q4_0:
+    case DType::q4_1:
+    case DType::q4_k:
+    case DType::q6_k: {
+      std::vector<float> row(w.cols);  // [cols]
+      for (std::size_t r = 0; r < w.rows; ++r) {
+        dequantize_quantized_row(w, r, row.data());
+        for (std::size_t t = 0; t < n_tokens; ++t) {
+          const float* xt = x + t * w.cols;
+          float sum = 0.0f;
+          for (std::size_t c = 0; c < w.cols; ++c) sum += row[c] * xt[c];
+          y[t * w.rows + r] = sum;
+        }
+      }
+      return;
+    }
     default:
       throw Error(ErrorKind::unsupported,
                   "no reference matmul for weight type " + dtype_name(w.type), {}, w.name);
@@ -138,6 +268,7 @@ inline void dequantize_row(const WeightTensor& w, std::size_t row, float* out) {
     case DType::f16: return convert(w.as<f16>());
     case DType::bf16: return convert(w.as<bf16>());
     default:
+      if (dequantize_quantized_row(w, row, out)) return;
       throw Error(ErrorKind::unsupported, "no dequantization for weight type " + dtype_name(w.type),
                   {}, w.name);
   }

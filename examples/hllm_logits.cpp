@@ -1,0 +1,130 @@
+// hllm-logits -m FILE --tokens-file IDS [--mode prefill|decode] [-t N] -o OUT.f32
+// Evaluates the whitespace-separated token ids in IDS as one sequence from position 0 and writes
+// the raw little-endian float32 logits, [n_tokens][n_vocab], to OUT. The reference path: float32
+// activations and KV cache, so the result is comparable with an exact evaluation.
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "hllm/core/error.hpp"
+#include "hllm/io/gguf_model.hpp"
+#include "hllm/model/llama.hpp"
+#include "hllm/model/session.hpp"
+
+namespace {
+
+void usage(std::FILE* to) {
+  std::fprintf(to,
+               "usage: hllm-logits -m FILE.gguf --tokens-file IDS [--mode prefill|decode] [-t N] "
+               "-o OUT.f32\n"
+               "  writes float32 logits [n_tokens][n_vocab] for the ids in IDS, evaluated as one "
+               "sequence\n");
+}
+
+std::vector<std::int32_t> read_tokens(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw hllm::Error(hllm::ErrorKind::io, "cannot open token file", path);
+  std::vector<std::int32_t> tokens;
+  std::string word;
+  while (in >> word) {
+    char* end = nullptr;
+    errno = 0;
+    const long long id = std::strtoll(word.c_str(), &end, 10);
+    if (*end != '\0' || errno != 0 || id < 0 || id > INT32_MAX)
+      throw hllm::Error(hllm::ErrorKind::format,
+                        "token " + std::to_string(tokens.size()) + " ('" + word +
+                            "') is not a non-negative integer id",
+                        path);
+    tokens.push_back(static_cast<std::int32_t>(id));
+  }
+  if (tokens.empty()) throw hllm::Error(hllm::ErrorKind::format, "no token ids in file", path);
+  return tokens;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, tokens_path, out_path, mode = "prefill";
+  long threads = 1;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc)
+          throw hllm::Error(hllm::ErrorKind::invalid_argument, "option " + arg + " needs a value");
+        return argv[++i];
+      };
+      if (arg == "-m" || arg == "--model")
+        model_path = value();
+      else if (arg == "--tokens-file")
+        tokens_path = value();
+      else if (arg == "-o" || arg == "--output")
+        out_path = value();
+      else if (arg == "--mode")
+        mode = value();
+      else if (arg == "-t" || arg == "--threads") {
+        const std::string v = value();
+        char* end = nullptr;
+        threads = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || threads < 1 || threads > 1024)
+          throw hllm::Error(hllm::ErrorKind::invalid_argument,
+                            "-t needs a thread count in [1, 1024], got '" + v + "'");
+      } else if (arg == "-h" || arg == "--help") {
+        usage(stdout);
+        return 0;
+      } else {
+        throw hllm::Error(hllm::ErrorKind::invalid_argument, "unknown option '" + arg + "'");
+      }
+    }
+    if (model_path.empty() || tokens_path.empty() || out_path.empty())
+      throw hllm::Error(hllm::ErrorKind::invalid_argument, "-m, --tokens-file and -o are required");
+    if (mode != "prefill" && mode != "decode")
+      throw hllm::Error(hllm::ErrorKind::invalid_argument,
+                        "--mode must be prefill or decode, got '" + mode + "'");
+    // -t sets the session's worker threads; HLLM_ISA picks the kernels.
+
+    const std::vector<std::int32_t> tokens = read_tokens(tokens_path);
+    const hllm::GgufModel m = hllm::load_gguf_model(model_path);
+    const hllm::Llama<> model(m.config, m.weights);
+    hllm::SessionOptions options;
+    options.threads = static_cast<std::size_t>(threads);
+    options.context =
+        std::max<std::size_t>(tokens.size(), static_cast<std::size_t>(m.config.context_length));
+    hllm::Session<> session(model, options);
+    std::vector<float> logits;  // [n_tokens][vocab]
+    if (mode == "prefill") {
+      const auto all = session.prefill(tokens, hllm::Logits::all);
+      logits.assign(all.begin(), all.end());
+    } else {
+      for (std::int32_t t : tokens) {
+        const auto row = session.decode(t);
+        logits.insert(logits.end(), row.begin(), row.end());
+      }
+    }
+    std::FILE* out = std::fopen(out_path.c_str(), "wb");
+    if (out == nullptr)
+      throw hllm::Error(hllm::ErrorKind::io, std::string("cannot create: ") + std::strerror(errno),
+                        out_path);
+    const bool ok = std::fwrite(logits.data(), sizeof(float), logits.size(), out) == logits.size();
+    if (std::fclose(out) != 0 || !ok)
+      throw hllm::Error(hllm::ErrorKind::io, "write failed", out_path);
+    std::fprintf(stderr, "hllm-logits: %zu tokens x %zu vocab (%s) -> %s\n", tokens.size(),
+                 model.vocab_size(), mode.c_str(), out_path.c_str());
+    return 0;
+  } catch (const hllm::Error& e) {
+    std::fprintf(stderr, "hllm-logits: %s\n", e.what());
+    if (e.kind() == hllm::ErrorKind::invalid_argument) usage(stderr);
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hllm-logits: %s\n", e.what());
+    return 1;
+  }
+}

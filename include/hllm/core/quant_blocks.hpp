@@ -1,0 +1,61 @@
+#pragma once
+// Quantized block layouts, bit-for-bit those of GGUF / ggml (ggml-common.h). A row of a
+// quantized tensor is cols / block_elements consecutive blocks; blocks in a file are only 2-byte
+// aligned, so code that reads them from raw bytes copies each block out (memcpy) first.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hllm/core/dtype.hpp"
+#include "hllm/core/half.hpp"
+
+namespace hllm {
+
+inline constexpr std::size_t kQK8_0 = 32;
+inline constexpr std::size_t kQK4_0 = 32;
+inline constexpr std::size_t kQK4_1 = 32;
+inline constexpr std::size_t kQK_K = 256;  // k-quant super-block
+
+// value[i] = d * qs[i]
+struct BlockQ8_0 {
+  f16 d;
+  std::int8_t qs[kQK8_0];
+};
+
+// value[i] = d * (nibble_i - 8); byte j holds element j (low nibble) and j + 16 (high nibble).
+struct BlockQ4_0 {
+  f16 d;
+  std::uint8_t qs[kQK4_0 / 2];
+};
+
+// value[i] = d * nibble_i + m, nibbles arranged as in Q4_0.
+struct BlockQ4_1 {
+  f16 d;
+  f16 m;
+  std::uint8_t qs[kQK4_1 / 2];
+};
+
+// 8 sub-blocks of 32: value = d * scale_j * nibble - dmin * min_j, with 6-bit scale_j and min_j
+// packed into `scales` (see get_scale_min_k4 in the reference kernels). Each 32-byte group of
+// qs holds sub-block 2g in its low nibbles and sub-block 2g+1 in its high nibbles.
+struct BlockQ4_K {
+  f16 d;
+  f16 dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qs[kQK_K / 2];
+};
+
+// 16 sub-blocks of 16: value = d * scales[j] * (q - 32), q a 6-bit value whose low 4 bits are
+// in ql and high 2 bits in qh.
+struct BlockQ6_K {
+  std::uint8_t ql[kQK_K / 2];
+  std::uint8_t qh[kQK_K / 4];
+  std::int8_t scales[kQK_K / 16];
+  f16 d;
+};
+
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 &&
+                  sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210,
+              "block structs must match the GGUF byte layouts (and DTypeInfo)");
+
+}  // namespace hllm

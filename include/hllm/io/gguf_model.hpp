@@ -1,0 +1,236 @@
+#pragma once
+// Llama models in GGUF files: load_gguf_model() reads the `llama.*` metadata into a ModelConfig
+// and wraps the tensors as WeightTensors that point into the mapped file (no copies; the
+// gguf::File stays alive through ModelWeights::storage). save_gguf_model() writes the inverse,
+// in the layout llama.cpp reads.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hllm/core/dtype.hpp"
+#include "hllm/core/error.hpp"
+#include "hllm/core/weight_tensor.hpp"
+#include "hllm/io/gguf_reader.hpp"
+#include "hllm/io/gguf_writer.hpp"
+#include "hllm/model/config.hpp"
+#include "hllm/model/weights.hpp"
+#include "hllm/nn/rope.hpp"
+
+namespace hllm {
+
+struct GgufModel {
+  std::shared_ptr<const gguf::File> file;  // also held by weights.storage
+  ModelConfig config;
+  ModelWeights weights;
+};
+
+namespace detail {
+
+inline ModelConfig gguf_llama_config(const gguf::File& f) {
+  const std::string arch = f.get_string("general.architecture");
+  if (arch != "llama")
+    throw Error(ErrorKind::unsupported, "architecture '" + arch + "' is not supported (only llama)",
+                f.path(), "general.architecture");
+  ModelConfig c;
+  c.name = f.get_string_or("general.name", "llama");
+  c.dim = f.get_int("llama.embedding_length");
+  c.n_layers = f.get_int("llama.block_count");
+  c.ffn_dim = f.get_int("llama.feed_forward_length");
+  c.n_heads = f.get_int("llama.attention.head_count");
+  c.n_kv_heads = f.get_int_or("llama.attention.head_count_kv", c.n_heads);
+  c.context_length = f.get_int("llama.context_length");
+  c.rms_eps = static_cast<float>(f.get_float("llama.attention.layer_norm_rms_epsilon"));
+  if (f.has("llama.attention.key_length")) {
+    c.head_dim = f.get_int("llama.attention.key_length");
+    const std::int64_t value_length = f.get_int_or("llama.attention.value_length", c.head_dim);
+    if (value_length != c.head_dim)
+      throw Error(ErrorKind::unsupported, "key_length != value_length is not supported", f.path(),
+                  "llama.attention.value_length");
+  }
+  c.sliding_window = f.get_int_or("llama.attention.sliding_window", 0);
+
+  // Vocabulary: the explicit key, else the embedding's row count, else the tokenizer's size.
+  if (f.has("llama.vocab_size")) {
+    c.vocab_size = f.get_int("llama.vocab_size");
+  } else if (const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
+             embd != nullptr && embd->dims.size() >= 2) {
+    c.vocab_size = static_cast<std::int64_t>(embd->dims[1]);
+  } else if (f.has("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<std::int64_t>(f.array_size("tokenizer.ggml.tokens"));
+  } else {
+    throw Error(ErrorKind::format, "cannot tell the vocabulary size", f.path(), "llama.vocab_size");
+  }
+
+  // GGUF llama tensors are stored for the interleaved (2i, 2i+1) rotation: the converter
+  // permutes Hugging Face's q/k weights so that this holds.
+  RopeConfig& rope = c.rope;
+  rope.layout = RopeLayout::interleaved;
+  rope.theta = static_cast<float>(f.get_float_or("llama.rope.freq_base", 10000.0));
+  rope.rot_dims = f.get_int_or("llama.rope.dimension_count", 0);
+  const std::string scaling = f.get_string_or("llama.rope.scaling.type",
+                                              f.has("llama.rope.scale_linear") ? "linear" : "none");
+  const double factor = f.has("llama.rope.scaling.factor")
+                            ? f.get_float("llama.rope.scaling.factor")
+                            : f.get_float_or("llama.rope.scale_linear", 1.0);
+  if (scaling == "linear") {
+    rope.scaling.type = RopeScalingType::linear;
+  } else if (scaling == "yarn") {
+    rope.scaling.type = RopeScalingType::yarn;
+    rope.scaling.original_context = f.get_int("llama.rope.scaling.original_context_length");
+    rope.scaling.attention_factor =
+        static_cast<float>(f.get_float_or("llama.rope.scaling.attn_factor", 0.0));
+  } else if (scaling != "none") {
+    throw Error(ErrorKind::unsupported, "RoPE scaling type '" + scaling + "' is not supported",
+                f.path(), "llama.rope.scaling.type");
+  }
+  rope.scaling.factor = static_cast<float>(factor);
+  if (rope.scaling.type == RopeScalingType::linear && factor == 1.0)
+    rope.scaling.type = RopeScalingType::none;  // a factor of 1 is no scaling
+  if (const gguf::TensorInfo* freqs = f.find_tensor("rope_freqs.weight")) {
+    if (freqs->type != DType::f32 || freqs->dims.size() != 1)
+      throw Error(ErrorKind::format, "rope_freqs must be a 1-D F32 tensor", f.path(),
+                  "rope_freqs.weight");
+    rope.freq_factors.resize(static_cast<std::size_t>(freqs->dims[0]));  // [rot_dims/2]
+    std::memcpy(rope.freq_factors.data(), freqs->data, freqs->size_bytes);
+  }
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(ErrorKind::format, "inconsistent model metadata: " + e.message(), f.path(),
+                e.field());
+  }
+  return c;
+}
+
+// The tensor called spec.name, checked against the shape the config implies.
+inline WeightTensor gguf_weight(const gguf::File& f, const TensorSpec& spec) {
+  const gguf::TensorInfo* t = f.find_tensor(spec.name);
+  if (t == nullptr) throw Error(ErrorKind::format, "missing tensor", f.path(), spec.name);
+  // GGUF dims are [cols, rows, 1, ...]: ne0 is the innermost (contiguous) dimension.
+  std::uint64_t rows = 1;
+  for (std::size_t d = 1; d < t->dims.size(); ++d) rows *= t->dims[d];
+  if (t->dims[0] != spec.cols || rows != spec.rows) {
+    std::string shape;
+    for (std::size_t d = 0; d < t->dims.size(); ++d)
+      shape += (d ? ", " : "") + std::to_string(t->dims[d]);
+    throw Error(ErrorKind::format,
+                "shape [" + shape + "] (GGUF order) disagrees with the metadata, which implies [" +
+                    std::to_string(spec.cols) + ", " + std::to_string(spec.rows) + "]",
+                f.path(), spec.name);
+  }
+  // Plain float tensors are read through typed pointers, so they must sit at an address
+  // aligned for their element (always true in a mapped file with a sane alignment).
+  DTypeInfo info{};
+  dtype_info(t->type, info);
+  if (info.block_elements == 1 && reinterpret_cast<std::uintptr_t>(t->data) % info.block_bytes != 0)
+    throw Error(ErrorKind::unsupported, "tensor data is not aligned in memory", f.path(),
+                spec.name);
+  return WeightTensor{t->type, t->data, spec.rows, spec.cols, spec.name};
+}
+
+}  // namespace detail
+
+// Builds a model from an already parsed file (e.g. gguf::File::from_memory).
+inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file) {
+  GgufModel m;
+  m.config = detail::gguf_llama_config(*file);
+  m.weights = assemble_weights(
+      m.config, [&](const TensorSpec& spec) { return detail::gguf_weight(*file, spec); });
+  m.weights.storage = file;
+  m.file = std::move(file);
+  return m;
+}
+
+// Maps `path` and builds a model whose weights point into the mapping.
+inline GgufModel load_gguf_model(const std::string& path) {
+  return load_gguf_model(std::make_shared<const gguf::File>(gguf::File::open(path)));
+}
+
+// A writer holding the config as `llama.*` metadata and every weight tensor (borrowed: the
+// weights must stay alive until the writer has written). Add tokenizer keys before writing.
+inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& w) {
+  c.validate();
+  validate_weights(c, w);
+  if (c.rope.layout != RopeLayout::interleaved)
+    throw Error(ErrorKind::unsupported,
+                "GGUF llama models use the interleaved RoPE layout; permute the q/k weights first");
+  gguf::Writer out;
+  out.set("general.architecture", "llama");
+  out.set("general.name", c.name);
+  out.set("llama.vocab_size", static_cast<std::uint32_t>(c.vocab_size));
+  out.set("llama.context_length", static_cast<std::uint32_t>(c.context_length));
+  out.set("llama.embedding_length", static_cast<std::uint32_t>(c.dim));
+  out.set("llama.block_count", static_cast<std::uint32_t>(c.n_layers));
+  out.set("llama.feed_forward_length", static_cast<std::uint32_t>(c.ffn_dim));
+  out.set("llama.attention.head_count", static_cast<std::uint32_t>(c.n_heads));
+  out.set("llama.attention.head_count_kv", static_cast<std::uint32_t>(c.n_kv_heads));
+  if (c.head_dim != 0 && c.head_dim * c.n_heads != c.dim) {
+    out.set("llama.attention.key_length", static_cast<std::uint32_t>(c.head_dim));
+    out.set("llama.attention.value_length", static_cast<std::uint32_t>(c.head_dim));
+  }
+  out.set("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
+  if (c.sliding_window > 0)
+    out.set("llama.attention.sliding_window", static_cast<std::uint32_t>(c.sliding_window));
+  out.set("llama.rope.freq_base", c.rope.theta);
+  out.set(
+      "llama.rope.dimension_count",
+      static_cast<std::uint32_t>(c.rope.rot_dims != 0 ? c.rope.rot_dims : c.resolved_head_dim()));
+  const RopeScaling& s = c.rope.scaling;
+  switch (s.type) {
+    case RopeScalingType::none: break;
+    case RopeScalingType::linear:
+      out.set("llama.rope.scaling.type", "linear");
+      out.set("llama.rope.scaling.factor", s.factor);
+      break;
+    case RopeScalingType::yarn:
+      out.set("llama.rope.scaling.type", "yarn");
+      out.set("llama.rope.scaling.factor", s.factor);
+      out.set("llama.rope.scaling.original_context_length",
+              static_cast<std::uint32_t>(s.original_context));
+      if (s.attention_factor > 0.0f) out.set("llama.rope.scaling.attn_factor", s.attention_factor);
+      break;
+    default:
+      throw Error(ErrorKind::unsupported, std::string("RoPE scaling '") + to_string(s.type) +
+                                              "' has no GGUF llama encoding here");
+  }
+  if (!c.rope.freq_factors.empty()) {
+    std::vector<std::byte> bytes(c.rope.freq_factors.size() * sizeof(float));  // [rot_dims/2] f32
+    std::memcpy(bytes.data(), c.rope.freq_factors.data(), bytes.size());
+    out.add_tensor("rope_freqs.weight", DType::f32, {c.rope.freq_factors.size()}, std::move(bytes));
+  }
+  const auto specs = llama_tensor_specs(c);
+  std::vector<const WeightTensor*> tensors{&w.token_embedding};
+  for (const auto& l : w.layers)
+    for (const WeightTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm,
+                                  &l.ffn.gate, &l.ffn.up, &l.ffn.down})
+      tensors.push_back(t);
+  tensors.push_back(&w.output_norm);
+  if (!c.tied_embeddings) tensors.push_back(&w.output);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const WeightTensor& t = *tensors[i];
+    std::vector<std::uint64_t> dims{t.cols};  // norms are 1-D, as llama.cpp writes them
+    if (!specs[i].is_norm) dims.push_back(t.rows);
+    out.add_tensor(specs[i].name, t.type, std::move(dims),
+                   std::span(static_cast<const std::byte*>(t.data), t.bytes()));
+  }
+  return out;
+}
+
+// Writes a GGUF v3 file; `add_metadata` may add keys (a tokenizer's) before it is written.
+inline void save_gguf_model(const std::string& path, const ModelConfig& config,
+                            const ModelWeights& weights,
+                            const std::function<void(gguf::Writer&)>& add_metadata = {}) {
+  gguf::Writer out = gguf_model_writer(config, weights);
+  if (add_metadata) add_metadata(out);
+  out.write(path);
+}
+
+}  // namespace hllm

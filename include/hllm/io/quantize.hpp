@@ -1,0 +1,104 @@
+#pragma once
+// Float32 → Q8_0 / Q4_0 quantizers, round-to-nearest exactly as ggml's reference
+// quantize_row_q8_0_ref / quantize_row_q4_0_ref, for writing test models and small conversions.
+// (They are not the importance-weighted quantizers llama-quantize uses for k-quants.)
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hllm/core/dtype.hpp"
+#include "hllm/core/error.hpp"
+#include "hllm/core/half.hpp"
+#include "hllm/core/quant_blocks.hpp"
+
+namespace hllm::quant {
+
+// x: [n], n a multiple of 32; y: [n / 32]
+inline void quantize_row_q8_0(const float* x, std::size_t n, BlockQ8_0* y) {
+  require(n % kQK8_0 == 0,
+          "quantize_row_q8_0: n = " + std::to_string(n) + " is not a multiple of 32");
+  for (std::size_t i = 0; i < n / kQK8_0; ++i) {
+    const float* xb = x + i * kQK8_0;
+    float amax = 0.0f;
+    for (std::size_t j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = f16::from_float(d);
+    for (std::size_t j = 0; j < kQK8_0; ++j)
+      y[i].qs[j] = static_cast<std::int8_t>(std::round(xb[j] * id));
+  }
+}
+
+// x: [n], n a multiple of 32; y: [n / 32]. The scale maps the value of largest magnitude to -8,
+// so the full 16-level range is used on the side where that value lies.
+inline void quantize_row_q4_0(const float* x, std::size_t n, BlockQ4_0* y) {
+  require(n % kQK4_0 == 0,
+          "quantize_row_q4_0: n = " + std::to_string(n) + " is not a multiple of 32");
+  for (std::size_t i = 0; i < n / kQK4_0; ++i) {
+    const float* xb = x + i * kQK4_0;
+    float amax = 0.0f, max = 0.0f;
+    for (std::size_t j = 0; j < kQK4_0; ++j) {
+      if (amax < std::fabs(xb[j])) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = f16::from_float(d);
+    for (std::size_t j = 0; j < kQK4_0 / 2; ++j) {
+      // Truncation of (v + 8.5) is round-to-nearest for the non-negative v + 8 (ggml's trick).
+      const int q0 = std::min(15, static_cast<int>(static_cast<std::int8_t>(xb[j] * id + 8.5f)));
+      const int q1 =
+          std::min(15, static_cast<int>(static_cast<std::int8_t>(xb[j + kQK4_0 / 2] * id + 8.5f)));
+      y[i].qs[j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+// Quantizes a row-major [rows][cols] float matrix to `type` (f32, f16, bf16, q8_0, q4_0) and
+// returns its bytes in GGUF layout.
+inline std::vector<std::byte> quantize(DType type, std::span<const float> values) {
+  std::vector<std::byte> out;
+  auto store = [&](auto* blocks, std::size_t count) {
+    out.resize(count * sizeof(*blocks));
+    std::memcpy(out.data(), blocks, out.size());
+  };
+  switch (type) {
+    case DType::f32: {
+      out.resize(values.size() * 4);
+      if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
+      return out;
+    }
+    case DType::f16:
+    case DType::bf16: {
+      std::vector<std::uint16_t> bits(values.size());
+      for (std::size_t i = 0; i < values.size(); ++i)
+        bits[i] =
+            type == DType::f16 ? f16::from_float(values[i]).bits : bf16::from_float(values[i]).bits;
+      store(bits.data(), bits.size());
+      return out;
+    }
+    case DType::q8_0: {
+      std::vector<BlockQ8_0> blocks(values.size() / kQK8_0);
+      quantize_row_q8_0(values.data(), values.size(), blocks.data());
+      store(blocks.data(), blocks.size());
+      return out;
+    }
+    case DType::q4_0: {
+      std::vector<BlockQ4_0> blocks(values.size() / kQK4_0);
+      quantize_row_q4_0(values.data(), values.size(), blocks.data());
+      store(blocks.data(), blocks.size());
+      return out;
+    }
+    default: throw Error(ErrorKind::unsupported, "no quantizer for " + dtype_name(type));
+  }
+}
+
+}  // namespace hllm::quant

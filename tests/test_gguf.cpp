@@ -1,0 +1,780 @@
+// GGUF I/O: the llama.cpp-quantized fixtures load and reproduce their exact logits on the
+// reference path, block layouts dequantize bit-for-bit, the writer round-trips, and every kind
+// of corrupt file fails with an error naming the field and the byte offset.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hllm/core/quant_blocks.hpp"
+#include "hllm/io/gguf_model.hpp"
+#include "hllm/io/gguf_reader.hpp"
+#include "hllm/io/gguf_writer.hpp"
+#include "hllm/io/mapped_file.hpp"
+#include "hllm/io/quantize.hpp"
+#include "hllm/kernels/reference.hpp"
+#include "hllm/model/llama.hpp"
+#include "hllm/model/session.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using hllm::DType;
+using hllm::Error;
+using hllm::ErrorKind;
+namespace gguf = hllm::gguf;
+
+const std::string kFixtures = HLLM_SHARED_DIR "/fixtures";
+const std::vector<std::string> kFixtureTypes = {"f32",  "f16",    "bf16", "q8_0",
+                                                "q4_0", "q4_k_m", "q6_k"};
+
+#define SKIP_WITHOUT_FIXTURES()                                              \
+  if (!fs::exists(kFixtures + "/fx-gqa-f32.gguf"))                           \
+  GTEST_SKIP() << "cross-implementation fixtures not found in " << kFixtures \
+               << " (they live in ../shared beside the clone; CI always has them)"
+
+std::string fixture(const std::string& type) { return kFixtures + "/fx-gqa-" + type + ".gguf"; }
+
+std::vector<float> read_f32_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> values(bytes.size() / 4);
+  std::memcpy(values.data(), bytes.data(), values.size() * 4);
+  return values;
+}
+
+std::vector<std::int32_t> fixture_tokens() {
+  std::ifstream in(kFixtures + "/fx-gqa.tokens.txt");
+  std::vector<std::int32_t> tokens;
+  for (std::int32_t t; in >> t;) tokens.push_back(t);
+  return tokens;
+}
+
+// All of a tensor's values as float32.   [rows][cols]
+std::vector<float> dequantize_all(const hllm::WeightTensor& w) {
+  std::vector<float> out(w.rows * w.cols);
+  for (std::size_t r = 0; r < w.rows; ++r)
+    hllm::reference::dequantize_row(w, r, out.data() + r * w.cols);
+  return out;
+}
+
+hllm::WeightTensor weight_of(const gguf::TensorInfo& t) {
+  std::size_t rows = 1;
+  for (std::size_t d = 1; d < t.dims.size(); ++d) rows *= t.dims[d];
+  return {t.type, t.data, rows, static_cast<std::size_t>(t.dims[0]), t.name};
+}
+
+// Expected error: kind, field and (when given) offset.
+template <class F>
+void expect_error(F&& f, ErrorKind kind, const std::string& field,
+                  std::optional<std::uint64_t> offset, const std::string& file = "bad.gguf") {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown (expected field '" << field << "')";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_EQ(e.field(), field) << e.what();
+    EXPECT_EQ(e.file(), file) << e.what();
+    if (offset) {
+      EXPECT_EQ(e.offset(), offset) << e.what();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+
+TEST(GgufFixtures, EveryFileLoadsWithTheDocumentedTypes) {
+  SKIP_WITHOUT_FIXTURES();
+  for (const std::string& type : kFixtureTypes) {
+    SCOPED_TRACE(type);
+    const gguf::File f = gguf::File::open(fixture(type));
+    EXPECT_TRUE(f.version() == 2 || f.version() == 3);
+    EXPECT_EQ(f.get_string("general.architecture"), "llama");
+    EXPECT_EQ(f.get_int("llama.embedding_length"), 256);
+    EXPECT_EQ(f.get_int("llama.block_count"), 4);
+    EXPECT_EQ(f.get_int("llama.attention.head_count"), 4);
+    EXPECT_EQ(f.get_int("llama.attention.head_count_kv"), 2);
+    EXPECT_EQ(f.get_int("llama.feed_forward_length"), 768);
+    EXPECT_EQ(f.get_int("llama.context_length"), 512);
+    EXPECT_EQ(f.array_size("tokenizer.ggml.tokens"), 512u);
+    EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens").size(), 512u);
+    EXPECT_EQ(f.tensors().size(), 3u + 4u * 9u);  // embedding, output norm, output + 9 per layer
+
+    std::set<DType> matrix_types;
+    for (const auto& t : f.tensors()) {
+      if (t.dims.size() == 1) {
+        EXPECT_EQ(t.type, DType::f32) << t.name;  // norms stay f32
+      } else {
+        matrix_types.insert(t.type);
+      }
+    }
+    const std::map<std::string, std::set<DType>> expected = {{"f32", {DType::f32}},
+                                                             {"f16", {DType::f16}},
+                                                             {"bf16", {DType::bf16}},
+                                                             {"q8_0", {DType::q8_0}},
+                                                             {"q4_0", {DType::q4_0, DType::q6_k}},
+                                                             {"q4_k_m", {DType::q4_k, DType::q6_k}},
+                                                             {"q6_k", {DType::q6_k}}};
+    EXPECT_EQ(matrix_types, expected.at(type));
+    if (type == "q4_0") {
+      EXPECT_EQ(f.find_tensor("output.weight")->type, DType::q6_k);
+    }
+
+    const hllm::GgufModel m = hllm::load_gguf_model(fixture(type));
+    EXPECT_EQ(m.config.vocab_size, 512);
+    EXPECT_EQ(m.config.dim, 256);
+    EXPECT_EQ(m.config.n_kv_heads, 2);
+    EXPECT_FALSE(m.config.tied_embeddings);
+    EXPECT_EQ(m.config.rope.layout, hllm::RopeLayout::interleaved);
+    EXPECT_FLOAT_EQ(m.config.rope.theta, 10000.0f);
+    EXPECT_FLOAT_EQ(m.config.rms_eps, 1e-5f);
+    // Views into the mapping, not copies.
+    const auto bytes = m.file->bytes();
+    const auto* p = static_cast<const std::byte*>(m.weights.layers[0].wq.data);
+    EXPECT_TRUE(p >= bytes.data() && p < bytes.data() + bytes.size());
+  }
+}
+
+TEST(GgufFixtures, DequantizedWeightsAreCloseToTheF32Originals) {
+  SKIP_WITHOUT_FIXTURES();
+  const gguf::File reference = gguf::File::open(fixture("f32"));
+  // Bound on rms(dequantized - f32) / rms(f32), per type: far above what each format gives on
+  // Gaussian weights, far below what a layout mistake gives (~1).
+  const std::map<std::string, double> tolerance = {{"f16", 1e-3},    {"bf16", 5e-3},
+                                                   {"q8_0", 1e-2},   {"q4_0", 0.15},
+                                                   {"q4_k_m", 0.15}, {"q6_k", 0.05}};
+  for (const auto& [type, bound] : tolerance) {
+    SCOPED_TRACE(type);
+    const gguf::File f = gguf::File::open(fixture(type));
+    for (const auto& t : f.tensors()) {
+      const auto* ref = reference.find_tensor(t.name);
+      ASSERT_NE(ref, nullptr) << t.name;
+      ASSERT_EQ(ref->dims, t.dims) << t.name;
+      const auto expected = dequantize_all(weight_of(*ref));
+      const auto actual = dequantize_all(weight_of(t));
+      double err = 0, norm = 0;
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        err += (actual[i] - expected[i]) * double(actual[i] - expected[i]);
+        norm += expected[i] * double(expected[i]);
+      }
+      EXPECT_LT(std::sqrt(err / norm), bound) << t.name;
+    }
+  }
+  // Q8_0 in detail: every value within (a little over) half a quantization step of f32.
+  const gguf::File q8 = gguf::File::open(fixture("q8_0"));
+  for (const auto& t : q8.tensors()) {
+    if (t.type != DType::q8_0) continue;
+    const auto expected = dequantize_all(weight_of(*reference.find_tensor(t.name)));
+    const auto actual = dequantize_all(weight_of(t));
+    for (std::size_t b = 0; b < expected.size() / 32; ++b) {
+      hllm::BlockQ8_0 block;
+      std::memcpy(&block, t.data + b * sizeof block, sizeof block);
+      const float step = std::fabs(block.d.to_float());
+      for (std::size_t i = b * 32; i < b * 32 + 32; ++i)
+        ASSERT_LE(std::fabs(actual[i] - expected[i]), 0.6f * step + 1e-7f) << t.name << " " << i;
+    }
+  }
+}
+
+class FixtureLogits : public ::testing::TestWithParam<std::string> {};
+
+// The float32 reference path on the exactly dequantized weights lands within 1e-3 of the
+// float64 evaluation, for every type, by one prefill and by 64 decodes.
+TEST_P(FixtureLogits, ReferencePathMatchesExactLogits) {
+  SKIP_WITHOUT_FIXTURES();
+  const std::string type = GetParam();
+  hllm::GgufModel m = hllm::load_gguf_model(fixture(type));
+  const hllm::Llama<> model(m.config, m.weights);
+  const auto tokens = fixture_tokens();
+  ASSERT_EQ(tokens.size(), 64u);
+  const auto exact = read_f32_file(kFixtures + "/fx-gqa-" + type + ".exact-logits.f32");
+  ASSERT_EQ(exact.size(), 64u * 512u);
+
+  hllm::Session<> prefill(model);
+  const auto all = prefill.prefill(tokens, hllm::Logits::all);
+  EXPECT_LE(hllm::test::max_abs_diff(all, exact), 1e-3f);
+
+  hllm::Session<> decode(model);
+  std::vector<float> decoded;
+  for (std::int32_t t : tokens) {
+    const auto logits = decode.decode(t);
+    decoded.insert(decoded.end(), logits.begin(), logits.end());
+  }
+  EXPECT_LE(hllm::test::max_abs_diff(decoded, exact), 1e-3f);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, FixtureLogits, ::testing::ValuesIn(kFixtureTypes));
+
+// ---------------------------------------------------------------------------------------------
+// Block layouts, from hand-made bytes
+
+TEST(QuantBlocks, Q8_0) {
+  hllm::BlockQ8_0 b{};
+  b.d = hllm::f16::from_float(0.5f);
+  for (int i = 0; i < 32; ++i) b.qs[i] = static_cast<std::int8_t>(i * 8 - 128);
+  float out[32];
+  hllm::reference::dequantize_block(b, out);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(out[i], 0.5f * float(i * 8 - 128)) << i;
+}
+
+TEST(QuantBlocks, Q4_0LowNibblesFirst) {
+  hllm::BlockQ4_0 b{};
+  b.d = hllm::f16::from_float(2.0f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(j | ((15 - j) << 4));
+  float out[32];
+  hllm::reference::dequantize_block(b, out);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 2.0f * float(j - 8)) << j;
+    EXPECT_EQ(out[j + 16], 2.0f * float(7 - j)) << j;
+  }
+}
+
+TEST(QuantBlocks, Q4_1) {
+  hllm::BlockQ4_1 b{};
+  b.d = hllm::f16::from_float(0.25f);
+  b.m = hllm::f16::from_float(-1.0f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(((j + 3) % 16) | (j << 4));
+  float out[32];
+  hllm::reference::dequantize_block(b, out);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.25f * float((j + 3) % 16) - 1.0f) << j;
+    EXPECT_EQ(out[j + 16], 0.25f * float(j) - 1.0f) << j;
+  }
+}
+
+TEST(QuantBlocks, Q4_KScalesAndMinsPackedIn6Bits) {
+  // Eight 6-bit scales and mins, with high bits set so the packing of sub-blocks 4..7 matters.
+  const std::uint8_t sc[8] = {1, 2, 63, 40, 17, 33, 50, 63};
+  const std::uint8_t mn[8] = {5, 0, 20, 63, 48, 1, 31, 62};
+  hllm::BlockQ4_K b{};
+  b.d = hllm::f16::from_float(0.5f);
+  b.dmin = hllm::f16::from_float(0.125f);
+  for (int j = 0; j < 4; ++j) {
+    b.scales[j] = static_cast<std::uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    b.scales[j + 4] = static_cast<std::uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    b.scales[j + 8] = static_cast<std::uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+  }
+  for (int i = 0; i < 128; ++i) b.qs[i] = static_cast<std::uint8_t>(i * 37 + 11);
+  float out[256];
+  hllm::reference::dequantize_block(b, out);
+  for (int e = 0; e < 256; ++e) {
+    const int sub = e / 32;  // sub-block: pairs share 32 bytes, low nibbles then high
+    const std::uint8_t byte = b.qs[(sub / 2) * 32 + e % 32];
+    const int q = sub % 2 == 0 ? (byte & 15) : (byte >> 4);
+    EXPECT_EQ(out[e], 0.5f * float(sc[sub]) * float(q) - 0.125f * float(mn[sub])) << e;
+  }
+}
+
+TEST(QuantBlocks, Q6_K) {
+  hllm::BlockQ6_K b{};
+  for (int i = 0; i < 128; ++i) b.ql[i] = static_cast<std::uint8_t>(i * 73 + 5);
+  for (int i = 0; i < 64; ++i) b.qh[i] = static_cast<std::uint8_t>(i * 151 + 3);
+  for (int i = 0; i < 16; ++i) b.scales[i] = static_cast<std::int8_t>(i * 19 - 128);
+  b.d = hllm::f16::from_float(0.0625f);
+  float out[256];
+  hllm::reference::dequantize_block(b, out);
+  for (int e = 0; e < 256; ++e) {
+    const int half = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
+    const std::uint8_t lo_byte = b.ql[half * 64 + l + (quarter % 2) * 32];
+    const int lo = quarter < 2 ? (lo_byte & 15) : (lo_byte >> 4);
+    const int hi = (b.qh[half * 32 + l] >> (2 * quarter)) & 3;
+    const int scale = b.scales[half * 8 + l / 16 + 2 * quarter];
+    EXPECT_EQ(out[e], 0.0625f * float(scale) * float((lo | (hi << 4)) - 32)) << e;
+  }
+}
+
+TEST(Quantize, Q8_0AndQ4_0RoundTripWithinHalfAStep) {
+  const auto x = hllm::test::random_vector(256, 7);
+  std::vector<hllm::BlockQ8_0> q8(8);
+  hllm::quant::quantize_row_q8_0(x.data(), x.size(), q8.data());
+  std::vector<hllm::BlockQ4_0> q4(8);
+  hllm::quant::quantize_row_q4_0(x.data(), x.size(), q4.data());
+  for (std::size_t b = 0; b < 8; ++b) {
+    float y8[32], y4[32];
+    hllm::reference::dequantize_block(q8[b], y8);
+    hllm::reference::dequantize_block(q4[b], y4);
+    for (std::size_t i = 0; i < 32; ++i) {
+      EXPECT_LE(std::fabs(y8[i] - x[b * 32 + i]), 0.51f * std::fabs(q8[b].d.to_float()) + 1e-6f);
+      // The side opposite the largest magnitude reaches only 7 steps: up to a full step off there.
+      EXPECT_LE(std::fabs(y4[i] - x[b * 32 + i]), 1.01f * std::fabs(q4[b].d.to_float()) + 1e-6f);
+    }
+  }
+  EXPECT_THROW(hllm::quant::quantize_row_q8_0(x.data(), 31, q8.data()), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer round trip
+
+hllm::ModelConfig tiny_config() {
+  hllm::ModelConfig c;
+  c.name = "tiny";
+  c.vocab_size = 97;
+  c.dim = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 96;
+  c.context_length = 128;
+  c.rope.theta = 50000.0f;
+  return c;
+}
+
+void add_test_metadata(gguf::Writer& w) {
+  w.set("test.u8", std::uint8_t{200});
+  w.set("test.i8", std::int8_t{-100});
+  w.set("test.u16", std::uint16_t{60000});
+  w.set("test.i16", std::int16_t{-30000});
+  w.set("test.u32", std::uint32_t{4000000000u});
+  w.set("test.i32", std::int32_t{-2000000000});
+  w.set("test.u64", std::uint64_t{1} << 60);
+  w.set("test.i64", std::int64_t{-(std::int64_t{1} << 50)});
+  w.set("test.f32", 1.5f);
+  w.set("test.f64", 0.1);
+  w.set("test.bool", true);
+  w.set("test.string", "héllo\n\"world\"");
+  w.set("tokenizer.ggml.tokens", std::vector<std::string>{"<unk>", "<s>", "</s>", "", "▁a"});
+  w.set("tokenizer.ggml.scores", std::vector<float>{0.0f, -1.0f, 2.5f});
+  w.set("test.f64s", std::vector<double>{1e300, -2.0});
+  w.set("test.i32s", std::vector<std::int32_t>{1, -2, 3});
+  w.set("test.u8s", std::vector<std::uint8_t>{0, 255});
+  w.set("test.u64s", std::vector<std::uint64_t>{0, 1ull << 62});
+  w.set("test.bools", std::vector<bool>{true, false});
+  w.set("test.empty", std::vector<std::string>{});
+}
+
+TEST(GgufWriter, RoundTripsMetadataTensorsAndLogits) {
+  const hllm::ModelConfig config = tiny_config();
+  const hllm::ModelWeights weights = hllm::random_weights(config, DType::f16, 42);
+  gguf::Writer writer = hllm::gguf_model_writer(config, weights);
+  add_test_metadata(writer);
+  const std::vector<std::byte> bytes = writer.to_bytes();
+
+  const gguf::File f = gguf::File::from_memory(bytes, "memory.gguf");
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.alignment(), 32u);
+  EXPECT_EQ(f.data_offset() % 32, 0u);
+  EXPECT_EQ(f.get_int("test.u8"), 200);
+  EXPECT_EQ(f.get_int("test.i8"), -100);
+  EXPECT_EQ(f.get_int("test.u16"), 60000);
+  EXPECT_EQ(f.get_int("test.i16"), -30000);
+  EXPECT_EQ(f.get_int("test.u32"), 4000000000ll);
+  EXPECT_EQ(f.get_int("test.i32"), -2000000000);
+  EXPECT_EQ(f.get_int("test.u64"), std::int64_t{1} << 60);
+  EXPECT_EQ(f.get_int("test.i64"), -(std::int64_t{1} << 50));
+  EXPECT_EQ(f.get_float("test.f32"), 1.5);
+  EXPECT_EQ(f.get_float("test.f64"), 0.1);
+  EXPECT_TRUE(f.get_bool("test.bool"));
+  EXPECT_EQ(f.get_string("test.string"), "héllo\n\"world\"");
+  EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens"),
+            (std::vector<std::string>{"<unk>", "<s>", "</s>", "", "▁a"}));
+  EXPECT_EQ(f.get_float_array("tokenizer.ggml.scores"), (std::vector<float>{0.0f, -1.0f, 2.5f}));
+  EXPECT_EQ(f.get_float_array("test.f64s"), (std::vector<float>{INFINITY, -2.0f}));
+  EXPECT_EQ(f.get_int_array("test.i32s"), (std::vector<std::int64_t>{1, -2, 3}));
+  EXPECT_EQ(f.get_int_array("test.u8s"), (std::vector<std::int64_t>{0, 255}));
+  EXPECT_EQ(f.get_int_array("test.u64s"), (std::vector<std::int64_t>{0, std::int64_t{1} << 62}));
+  EXPECT_EQ(f.array_size("test.bools"), 2u);
+  EXPECT_EQ(f.array_type("test.bools"), gguf::ValueType::boolean);
+  EXPECT_EQ(f.array_size("test.empty"), 0u);
+  EXPECT_EQ(f.type_of("test.u16"), gguf::ValueType::u16);
+  EXPECT_EQ(f.get_int_or("absent", 7), 7);
+  EXPECT_EQ(f.get_string_or("absent", "x"), "x");
+  EXPECT_EQ(f.get_float_or("absent", 2.0), 2.0);
+  EXPECT_TRUE(f.get_bool_or("absent", true));
+  EXPECT_EQ(f.get_string_or("general.name", "x"), "tiny");
+  EXPECT_EQ(f.value_to_string("test.string"), "\"h\xc3\xa9llo\\n\\\"world\\\"\"");
+  EXPECT_EQ(f.value_to_string("test.i32s", 2), "[1, -2, ...] (3 x i32)");
+  EXPECT_EQ(f.value_to_string("test.bool"), "true");
+  EXPECT_EQ(f.value_to_string("test.u64"), std::to_string(std::uint64_t{1} << 60));
+  const auto keys = f.keys();
+  ASSERT_FALSE(keys.empty());
+  EXPECT_EQ(keys.front(), "general.architecture");
+  EXPECT_EQ(keys.back(), "test.empty");
+
+  // Tensors: byte-identical to the weights they were written from.
+  const auto specs = hllm::llama_tensor_specs(config);
+  ASSERT_EQ(f.tensors().size(), specs.size());
+  const hllm::GgufModel loaded = hllm::load_gguf_model(std::make_shared<const gguf::File>(f));
+  const auto same = [](const hllm::WeightTensor& a, const hllm::WeightTensor& b) {
+    return a.type == b.type && a.rows == b.rows && a.cols == b.cols &&
+           std::memcmp(a.data, b.data, a.bytes()) == 0;
+  };
+  EXPECT_TRUE(same(loaded.weights.token_embedding, weights.token_embedding));
+  EXPECT_TRUE(same(loaded.weights.output, weights.output));
+  EXPECT_TRUE(same(loaded.weights.output_norm, weights.output_norm));
+  for (std::size_t l = 0; l < weights.layers.size(); ++l) {
+    EXPECT_TRUE(same(loaded.weights.layers[l].wq, weights.layers[l].wq));
+    EXPECT_TRUE(same(loaded.weights.layers[l].ffn.down, weights.layers[l].ffn.down));
+    EXPECT_TRUE(same(loaded.weights.layers[l].attn_norm, weights.layers[l].attn_norm));
+  }
+  EXPECT_EQ(loaded.config.vocab_size, config.vocab_size);
+  EXPECT_EQ(loaded.config.n_kv_heads, config.n_kv_heads);
+  EXPECT_EQ(loaded.config.rope.theta, config.rope.theta);
+  EXPECT_EQ(loaded.config.name, "tiny");
+
+  // Same logits, bit for bit: same weights, same code.
+  const hllm::Llama<> original(config, weights);
+  const hllm::Llama<> reloaded(loaded.config, loaded.weights);
+  std::vector<std::int32_t> tokens{1, 5, 9, 96, 0, 42};
+  hllm::Session<> a(original), b(reloaded);
+  const auto la = a.prefill(tokens, hllm::Logits::all);
+  const std::vector<float> first(la.begin(), la.end());
+  const auto lb = b.prefill(tokens, hllm::Logits::all);
+  EXPECT_EQ(first, std::vector<float>(lb.begin(), lb.end()));
+
+  // write() produces exactly to_bytes(), and the file maps back.
+  const std::string path = (fs::temp_directory_path() / "hllm_test_gguf_roundtrip.gguf").string();
+  hllm::save_gguf_model(path, config, weights, add_test_metadata);
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(written.size(), bytes.size());
+  EXPECT_EQ(std::memcmp(written.data(), bytes.data(), bytes.size()), 0);
+  const hllm::GgufModel mapped = hllm::load_gguf_model(path);
+  EXPECT_EQ(mapped.file->path(), path);
+  EXPECT_TRUE(same(mapped.weights.layers[1].wv, weights.layers[1].wv));
+  fs::remove(path);
+}
+
+TEST(GgufWriter, QuantizedTiedModelWithRopeFreqsLoadsAndRuns) {
+  hllm::ModelConfig config = tiny_config();
+  config.tied_embeddings = true;
+  config.rope.freq_factors.assign(8, 1.0f);
+  config.rope.freq_factors[7] = 4.0f;
+  config.rope.scaling = {
+      .type = hllm::RopeScalingType::yarn, .factor = 4.0f, .original_context = 32};
+  const hllm::ModelWeights f32 = hllm::random_weights(config, DType::f32, 3);
+  // Quantize every matrix to Q8_0 (norms stay f32) through the writer.
+  gguf::Writer probe = hllm::gguf_model_writer(config, f32);
+  const auto probe_bytes = probe.to_bytes();
+  const gguf::File source = gguf::File::from_memory(probe_bytes, "probe");
+  gguf::Writer w;
+  for (const auto& key : source.keys())
+    if (source.type_of(key) == gguf::ValueType::string)
+      w.set(key, source.get_string(key));
+    else if (source.type_of(key) == gguf::ValueType::f32)
+      w.set(key, float(source.get_float(key)));
+    else
+      w.set(key, static_cast<std::uint32_t>(source.get_int(key)));
+  for (const auto& t : source.tensors()) {
+    const std::span<const float> values(reinterpret_cast<const float*>(t.data), t.size_bytes / 4);
+    const DType type = t.dims.size() == 1 ? DType::f32 : DType::q8_0;
+    w.add_tensor(t.name, type, t.dims, hllm::quant::quantize(type, values));
+  }
+  const auto bytes = w.to_bytes();
+  const hllm::GgufModel m = hllm::load_gguf_model(
+      std::make_shared<const gguf::File>(gguf::File::from_memory(bytes, "q")));
+  EXPECT_TRUE(m.config.tied_embeddings);
+  EXPECT_EQ(m.config.rope.freq_factors, config.rope.freq_factors);
+  EXPECT_EQ(m.config.rope.scaling.type, hllm::RopeScalingType::yarn);
+  EXPECT_EQ(m.config.rope.scaling.original_context, 32);
+  EXPECT_EQ(m.weights.token_embedding.type, DType::q8_0);
+  const hllm::Llama<> quantized(m.config, m.weights), exact(config, f32);
+  const std::vector<std::int32_t> tokens{3, 1, 4, 1, 5, 9, 2, 6};
+  hllm::Session<> a(quantized), b(exact);
+  const auto la = a.prefill(tokens, hllm::Logits::all);
+  const std::vector<float> q(la.begin(), la.end());
+  const auto lb = b.prefill(tokens, hllm::Logits::all);
+  // Q8_0 weights move logits by a few percent of their scale, not more.
+  EXPECT_TRUE(hllm::test::all_close(q, lb, 0.1f));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Corrupt files
+
+// A small valid file and the byte offsets of its fields, found by construction.
+struct Sample {
+  std::vector<std::byte> bytes;
+  std::uint64_t find(std::string_view text) const {
+    const auto* p = reinterpret_cast<const char*>(bytes.data());
+    const std::string_view all(p, bytes.size());
+    const std::size_t at = all.find(text);
+    EXPECT_NE(at, std::string_view::npos) << text;
+    return at;
+  }
+  // Offset of the u64 length that precedes `text` (a key or tensor name).
+  std::uint64_t string_at(std::string_view text) const { return find(text) - 8; }
+  std::uint64_t after(std::string_view text) const { return find(text) + text.size(); }
+  void put_u32(std::uint64_t at, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) bytes[at + i] = std::byte((v >> (8 * i)) & 0xff);
+  }
+  void put_u64(std::uint64_t at, std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) bytes[at + i] = std::byte((v >> (8 * i)) & 0xff);
+  }
+  gguf::File parse(std::size_t length = SIZE_MAX) const {
+    return gguf::File::from_memory(std::span(bytes).first(std::min(length, bytes.size())),
+                                   "bad.gguf");
+  }
+};
+
+// Keys: general.architecture (string), general.alignment (u32), dup.a / dup.b (u32),
+// test.flag (bool), test.ints (i32 array), test.words (string array, last).
+// Tensors: t.a (Q8_0 [32, 2]: 68 bytes) at 0, t.b (F32 [32, 2]: 256 bytes) at 96, ending the file.
+Sample make_sample() {
+  gguf::Writer w;
+  w.set("general.architecture", "llama");
+  w.set_alignment(32);
+  w.set("dup.a", std::uint32_t{1});
+  w.set("dup.b", std::uint32_t{2});
+  w.set("test.flag", false);
+  w.set("test.ints", std::vector<std::int32_t>{1, 2, 3});
+  w.set("test.words", std::vector<std::string>{"alpha", "beta", "gamma"});
+  const auto values = hllm::test::random_vector(64, 1);
+  w.add_tensor("t.a", DType::q8_0, {32, 2}, hllm::quant::quantize(DType::q8_0, values));
+  w.add_tensor("t.b", DType::f32, {32, 2}, hllm::quant::quantize(DType::f32, values));
+  return {w.to_bytes()};
+}
+
+// Tensor info layout after the name: n_dims u32, dims u64[n], type u32, offset u64.
+struct TensorFields {
+  std::uint64_t n_dims, dim0, dim1, type, offset;
+};
+TensorFields fields_of(const Sample& s, std::string_view name) {
+  const std::uint64_t n = s.after(name);
+  return {n, n + 4, n + 12, n + 20, n + 24};
+}
+
+TEST(GgufCorrupt, SampleIsValid) {
+  const Sample s = make_sample();
+  const gguf::File f = s.parse();
+  ASSERT_EQ(f.tensors().size(), 2u);
+  EXPECT_EQ(f.find_tensor("t.b")->offset, 96u);
+  EXPECT_EQ(f.data_offset() + 96 + 256, s.bytes.size());
+  EXPECT_EQ(f.get_string_array("test.words"), (std::vector<std::string>{"alpha", "beta", "gamma"}));
+}
+
+TEST(GgufCorrupt, TruncationAnywhereIsAFormatError) {
+  const Sample s = make_sample();
+  for (std::size_t length = 0; length < s.bytes.size(); ++length) {
+    try {
+      s.parse(length);
+      ADD_FAILURE() << "truncation to " << length << " bytes was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::format) << length << ": " << e.what();
+      EXPECT_EQ(e.file(), "bad.gguf");
+      EXPECT_FALSE(e.field().empty()) << length;
+      ASSERT_TRUE(e.offset().has_value()) << length;
+      EXPECT_LE(*e.offset(), length) << e.what();
+    }
+  }
+}
+
+TEST(GgufCorrupt, TruncationAtSectionBoundariesNamesTheField) {
+  const Sample s = make_sample();
+  const auto bad = [&](std::size_t length) { return [&s, length] { s.parse(length); }; };
+  expect_error(bad(0), ErrorKind::format, "header.magic", 0);
+  expect_error(bad(3), ErrorKind::format, "header.magic", 0);
+  expect_error(bad(6), ErrorKind::format, "header.version", 4);
+  expect_error(bad(12), ErrorKind::format, "header.tensor_count", 8);
+  expect_error(bad(20), ErrorKind::format, "header.kv_count", 16);
+  // Inside the last key/value (the count checks pass: enough bytes remain).
+  const std::uint64_t words = s.after("test.words");
+  expect_error(bad(words + 2), ErrorKind::format, "test.words", words);       // inside its type
+  expect_error(bad(words + 10), ErrorKind::format, "test.words", words + 8);  // inside its count
+  const std::uint64_t gamma = s.string_at("gamma");
+  expect_error(bad(gamma + 9), ErrorKind::format, "test.words", gamma);  // its length does not fit
+  // Inside the tensor infos.
+  const TensorFields b = fields_of(s, "t.b");
+  expect_error(bad(s.string_at("t.b") + 3), ErrorKind::format, "tensor[1].name",
+               s.string_at("t.b"));
+  expect_error(bad(b.dim1 + 1), ErrorKind::format, "t.b", b.dim1);
+  expect_error(bad(b.offset + 7), ErrorKind::format, "t.b", b.offset);
+  // In the padding before the data, and inside the data.
+  expect_error(bad(b.offset + 9), ErrorKind::format, "header.data", b.offset + 8);
+  expect_error(bad(s.bytes.size() - 1), ErrorKind::format, "t.b", b.offset);
+  const gguf::File f = s.parse();
+  expect_error(bad(f.data_offset() + 50), ErrorKind::format, "t.a", fields_of(s, "t.a").offset);
+}
+
+TEST(GgufCorrupt, HeaderFields) {
+  {
+    Sample s = make_sample();
+    s.bytes[0] = std::byte{'X'};
+    expect_error([&] { s.parse(); }, ErrorKind::format, "header.magic", 0);
+  }
+  for (std::uint32_t version : {1u, 99u, 0x03000000u}) {
+    Sample s = make_sample();
+    s.put_u32(4, version);
+    expect_error([&] { s.parse(); }, ErrorKind::unsupported, "header.version", 4);
+  }
+  {
+    Sample s = make_sample();
+    s.put_u32(4, 2);  // v2 has the v3 layout
+    EXPECT_EQ(s.parse().version(), 2u);
+  }
+  {
+    Sample s = make_sample();
+    s.put_u64(8, std::uint64_t{1} << 40);
+    expect_error([&] { s.parse(); }, ErrorKind::format, "header.tensor_count", 8);
+  }
+  {
+    Sample s = make_sample();
+    s.put_u64(16, ~std::uint64_t{0});
+    expect_error([&] { s.parse(); }, ErrorKind::format, "header.kv_count", 16);
+  }
+}
+
+TEST(GgufCorrupt, MetadataValues) {
+  {  // huge key length
+    Sample s = make_sample();
+    s.put_u64(24, std::uint64_t{1} << 60);
+    expect_error([&] { s.parse(); }, ErrorKind::format, "kv[0].key", 24);
+  }
+  {  // huge string value length
+    Sample s = make_sample();
+    const std::uint64_t at = s.after("general.architecture") + 4;
+    s.put_u64(at, ~std::uint64_t{0} - 3);
+    expect_error([&] { s.parse(); }, ErrorKind::format, "general.architecture", at);
+  }
+  {  // array count whose byte size overflows
+    Sample s = make_sample();
+    const std::uint64_t at = s.after("test.ints") + 8;
+    s.put_u64(at, std::uint64_t{1} << 62);
+    expect_error([&] { s.parse(); }, ErrorKind::format, "test.ints", at);
+  }
+  {  // string array count
+    Sample s = make_sample();
+    const std::uint64_t at = s.after("test.words") + 8;
+    s.put_u64(at, ~std::uint64_t{0});
+    expect_error([&] { s.parse(); }, ErrorKind::format, "test.words", at);
+  }
+  {  // unknown value type
+    Sample s = make_sample();
+    const std::uint64_t at = s.after("dup.b");
+    s.put_u32(at, 13);
+    expect_error([&] { s.parse(); }, ErrorKind::format, "dup.b", at);
+  }
+  {  // nested array
+    Sample s = make_sample();
+    const std::uint64_t at = s.after("test.ints") + 4;
+    s.put_u32(at, 9);
+    expect_error([&] { s.parse(); }, ErrorKind::unsupported, "test.ints", at);
+  }
+  {  // bool that is neither 0 nor 1
+    Sample s = make_sample();
+    const std::uint64_t at = s.after("test.flag") + 4;
+    s.bytes[at] = std::byte{2};
+    expect_error([&] { s.parse(); }, ErrorKind::format, "test.flag", at);
+  }
+  {  // duplicate key: dup.b becomes dup.a
+    Sample s = make_sample();
+    const std::uint64_t at = s.string_at("dup.b");
+    s.bytes[s.find("dup.b") + 4] = std::byte{'a'};
+    expect_error([&] { s.parse(); }, ErrorKind::format, "dup.a", at);
+  }
+  for (std::uint32_t alignment : {0u, 48u, 1u << 31}) {  // bad alignment
+    Sample s = make_sample();
+    const std::uint64_t at = s.after("general.alignment") + 4;
+    s.put_u32(at, alignment);
+    expect_error([&] { s.parse(); }, ErrorKind::format, "general.alignment", at);
+  }
+}
+
+TEST(GgufCorrupt, TensorInfos) {
+  const auto patch32 = [](std::uint64_t TensorFields::*field, std::string_view name,
+                          std::uint32_t value, ErrorKind kind) {
+    Sample s = make_sample();
+    const std::uint64_t at = fields_of(s, name).*field;
+    s.put_u32(at, value);
+    expect_error([&] { s.parse(); }, kind, std::string(name), at);
+  };
+  const auto patch64 = [](std::uint64_t TensorFields::*field, std::string_view name,
+                          std::uint64_t value, std::optional<std::uint64_t> expected_at = {}) {
+    Sample s = make_sample();
+    const std::uint64_t at = fields_of(s, name).*field;
+    s.put_u64(at, value);
+    expect_error([&] { s.parse(); }, ErrorKind::format, std::string(name),
+                 expected_at.value_or(at));
+  };
+  patch32(&TensorFields::n_dims, "t.a", 0, ErrorKind::format);
+  patch32(&TensorFields::n_dims, "t.a", 5, ErrorKind::format);
+  patch32(&TensorFields::type, "t.b", 99, ErrorKind::unsupported);
+  patch64(&TensorFields::dim1, "t.b", 0);  // dimension 0
+  patch64(&TensorFields::dim0, "t.a", 16,
+          fields_of(make_sample(), "t.a").dim0);  // not whole blocks
+  {                                               // dims whose product overflows
+    Sample s = make_sample();
+    const TensorFields b = fields_of(s, "t.b");
+    s.put_u64(b.dim0, std::uint64_t{1} << 32);
+    s.put_u64(b.dim1, std::uint64_t{1} << 32);
+    expect_error([&] { s.parse(); }, ErrorKind::format, "t.b", b.dim1);
+  }
+  patch64(&TensorFields::offset, "t.b", std::uint64_t{1} << 20);  // past the end
+  patch64(&TensorFields::offset, "t.b", ~std::uint64_t{0} - 31);  // past the end, near overflow
+  patch64(&TensorFields::offset, "t.b", 4);                       // misaligned
+  patch64(&TensorFields::offset, "t.b", 32);                      // overlaps t.a [0, 68)
+  {  // duplicate tensor name: t.b becomes t.a
+    Sample s = make_sample();
+    const std::uint64_t at = s.string_at("t.b");
+    s.bytes[s.find("t.b") + 2] = std::byte{'a'};
+    expect_error([&] { s.parse(); }, ErrorKind::format, "t.a", at);
+  }
+}
+
+TEST(GgufCorrupt, GettersNameKeyAndValueOffset) {
+  const Sample s = make_sample();
+  const gguf::File f = s.parse();
+  expect_error([&] { f.get_int("absent.key"); }, ErrorKind::format, "absent.key", std::nullopt);
+  const std::uint64_t value_at = s.after("general.architecture") + 4;
+  expect_error([&] { f.get_int("general.architecture"); }, ErrorKind::format,
+               "general.architecture", value_at);
+  expect_error([&] { f.get_float_or("general.architecture", 1.0); }, ErrorKind::format,
+               "general.architecture", value_at);
+  expect_error([&] { f.get_string_array("test.ints"); }, ErrorKind::format, "test.ints",
+               s.after("test.ints") + 4);
+  expect_error([&] { f.array_size("dup.a"); }, ErrorKind::format, "dup.a", s.after("dup.a") + 4);
+  EXPECT_EQ(f.get_int_array("test.ints"), (std::vector<std::int64_t>{1, 2, 3}));
+}
+
+TEST(GgufModelLoad, MissingTensorsKeysAndWrongArchitecture) {
+  const hllm::ModelConfig config = tiny_config();
+  const hllm::ModelWeights weights = hllm::random_weights(config, DType::f32, 1);
+  const auto load = [](const gguf::Writer& w) {
+    const auto bytes = w.to_bytes();
+    return hllm::load_gguf_model(
+        std::make_shared<const gguf::File>(gguf::File::from_memory(bytes, "bad.gguf")));
+  };
+  {
+    gguf::Writer w = hllm::gguf_model_writer(config, weights);
+    w.set("general.architecture", "mamba");
+    expect_error([&] { load(w); }, ErrorKind::unsupported, "general.architecture", std::nullopt);
+  }
+  {
+    gguf::Writer w = hllm::gguf_model_writer(config, weights);
+    w.set("llama.block_count", std::uint32_t{3});  // a layer whose tensors are missing
+    expect_error([&] { load(w); }, ErrorKind::format, "blk.2.attn_norm.weight", std::nullopt);
+  }
+  {
+    gguf::Writer w = hllm::gguf_model_writer(config, weights);
+    w.set("llama.feed_forward_length", std::uint32_t{128});  // shapes disagree
+    expect_error([&] { load(w); }, ErrorKind::format, "blk.0.ffn_gate.weight", std::nullopt);
+  }
+  {
+    gguf::Writer w = hllm::gguf_model_writer(config, weights);
+    w.set("llama.embedding_length", "sixty-four");  // wrong type
+    expect_error([&] { load(w); }, ErrorKind::format, "llama.embedding_length", std::nullopt);
+  }
+}
+
+TEST(MappedFile, Errors) {
+  expect_error([] { hllm::io::MappedFile::open("/nonexistent/model.gguf"); }, ErrorKind::io, "",
+               std::nullopt, "/nonexistent/model.gguf");
+  const std::string empty = (fs::temp_directory_path() / "hllm_test_gguf_empty.gguf").string();
+  { std::ofstream touch(empty); }
+  expect_error([&] { gguf::File::open(empty); }, ErrorKind::format, "", 0, empty);
+  fs::remove(empty);
+  const std::string dir = fs::temp_directory_path().string();
+  expect_error([&] { gguf::File::open(dir); }, ErrorKind::io, "", std::nullopt, dir);
+}
+
+}  // namespace
