@@ -1,123 +1,125 @@
-// hllm-generate: streams text (or, without a tokenizer, token ids) from a prompt.
+// hllm-generate: loads a model, tokenizes a prompt and streams the generated text.
 //
 //   hllm-generate [-m FILE.gguf] [-p PROMPT] [-n N] [-t N] [-c N] [--temp T] [--top-k K]
-//                 [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]
+//                 [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--isa ISA]
 //                 [--synthetic PRESET]
 //
-// Flags follow llama.cpp's spelling. Until GGUF loading lands (see the README's status table),
-// the program runs a synthetic model (random weights of a preset shape, default "tiny"), whose
-// output is noise by construction: it demonstrates the pipeline and its speed, not language.
+// Flags follow llama.cpp's spelling. Without -m it runs the bundled model (models/), if this
+// checkout has it; --synthetic runs random weights of a preset's shape (noise by design: for the
+// pipeline and its speed, not for text). A model file without a tokenizer takes the prompt as
+// token ids and prints ids.
 
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"
+#include "common/synthetic.hpp"
 #include "hllm/hllm.hpp"
+#include "hllm/io/gguf_model.hpp"
+#include "hllm/tokenizer/streaming_decoder.hpp"
+#include "hllm/tokenizer/tokenizer.hpp"
+#include "hllm/tokenizer/vocabulary_gguf.hpp"
+
+#ifndef HLLM_DEFAULT_MODEL
+#define HLLM_DEFAULT_MODEL ""
+#endif
 
 namespace {
 
+const char* kUsage =
+    "usage: hllm-generate [-m FILE.gguf] [-p PROMPT] [-n N] [-t THREADS] [-c CONTEXT]\n"
+    "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
+    "         [--isa scalar|avx2|avx512] [--synthetic tiny|tinyllama-1.1b|...]\n"
+    "  default model: " HLLM_DEFAULT_MODEL "\n";
+
 struct Options {
   std::string model_path;
-  std::string synthetic = "tiny";
-  std::string prompt = "1 15 27 3";
-  int n_predict = 32;
-  std::size_t threads = 1;
+  std::string synthetic;
+  std::string prompt = "In the beginning";
+  bool prompt_given = false;
+  int n_predict = 128;
+  std::size_t threads = 0;
   std::size_t context = 0;
+  std::optional<hllm::Isa> isa;
   hllm::SamplerParams sampler{.seed = 42};
 };
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr,
-               "hllm-generate: %s\n"
-               "usage: hllm-generate [-m FILE] [-p PROMPT] [-n N] [-t N] [-c N] [--temp T]\n"
-               "         [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
-               "         [--synthetic tiny|%s]\n",
-               message.c_str(), "tinyllama-1.1b|llama-2-7b|...");
-  std::exit(2);
-}
-
-template <class T>
-T parse_number(const std::string& flag, const std::string& text) {
-  try {
-    std::size_t used = 0;
-    double value = std::stod(text, &used);
-    if (used != text.size()) throw std::invalid_argument(text);
-    if constexpr (std::is_integral_v<T>) {
-      if (value != static_cast<double>(static_cast<long long>(value)))
-        throw std::invalid_argument(text);
-    }
-    return static_cast<T>(value);
-  } catch (const std::exception&) {
-    usage_error("flag " + flag + " expects a number, got '" + text + "'");
-  }
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error("flag " + flag + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "-m" || flag == "--model")
-      o.model_path = value();
-    else if (flag == "-p" || flag == "--prompt")
-      o.prompt = value();
-    else if (flag == "-n" || flag == "--n-predict")
-      o.n_predict = parse_number<int>(flag, value());
-    else if (flag == "-t" || flag == "--threads") {
-      const long long t = parse_number<long long>(flag, value());
-      if (t < 1 || t > 1024) usage_error("-t must be in [1, 1024]");
-      o.threads = static_cast<std::size_t>(t);
-    } else if (flag == "-c" || flag == "--ctx-size") {
-      const long long c = parse_number<long long>(flag, value());
-      if (c < 0) usage_error("-c must be >= 0");
-      o.context = static_cast<std::size_t>(c);
-    } else if (flag == "--temp")
-      o.sampler.temperature = parse_number<float>(flag, value());
-    else if (flag == "--top-k")
-      o.sampler.top_k = parse_number<int>(flag, value());
-    else if (flag == "--top-p")
-      o.sampler.top_p = parse_number<float>(flag, value());
-    else if (flag == "--min-p")
-      o.sampler.min_p = parse_number<float>(flag, value());
-    else if (flag == "--repeat-penalty")
-      o.sampler.repeat_penalty = parse_number<float>(flag, value());
-    else if (flag == "--seed")
-      o.sampler.seed = parse_number<std::uint64_t>(flag, value());
-    else if (flag == "--synthetic")
-      o.synthetic = value();
-    else if (flag == "-h" || flag == "--help")
-      usage_error("help");
-    else
-      usage_error("unknown flag '" + flag + "'");
+  hllm::cli::Args args(argc, argv, "hllm-generate", kUsage);
+  while (args.next()) {
+    if (args.is("-m", "--model"))
+      o.model_path = args.value();
+    else if (args.is("-p", "--prompt")) {
+      o.prompt = args.value();
+      o.prompt_given = true;
+    } else if (args.is("-n", "--n-predict"))
+      o.n_predict = args.number<int>(0, 1 << 20);
+    else if (args.is("-t", "--threads"))
+      o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
+    else if (args.is("-c", "--ctx-size"))
+      o.context = args.number<std::size_t>(0, hllm::kMaxContext);
+    else if (args.is("--temp"))
+      o.sampler.temperature = args.number<float>();
+    else if (args.is("--top-k"))
+      o.sampler.top_k = args.number<int>(0);
+    else if (args.is("--top-p"))
+      o.sampler.top_p = args.number<float>();
+    else if (args.is("--min-p"))
+      o.sampler.min_p = args.number<float>();
+    else if (args.is("--repeat-penalty"))
+      o.sampler.repeat_penalty = args.number<float>();
+    else if (args.is("--seed"))
+      o.sampler.seed = args.number<std::uint64_t>();
+    else if (args.is("--synthetic"))
+      o.synthetic = args.value();
+    else if (args.is("--isa")) {
+      try {
+        o.isa = hllm::parse_isa(args.value());
+      } catch (const hllm::Error& e) {
+        args.fail(e.message());
+      }
+    } else
+      args.unknown();
   }
-  if (o.n_predict < 0) usage_error("-n must be >= 0");
+  try {
+    hllm::validate_sampler_params(o.sampler);
+  } catch (const hllm::Error& e) {
+    args.fail(e.message());
+  }
+  if (!o.model_path.empty() && !o.synthetic.empty()) args.fail("give -m or --synthetic, not both");
+  if (o.model_path.empty() && o.synthetic.empty()) {
+    if (std::filesystem::exists(HLLM_DEFAULT_MODEL))
+      o.model_path = HLLM_DEFAULT_MODEL;
+    else
+      o.synthetic = "tiny";
+  }
   return o;
-}
-
-hllm::ModelConfig synthetic_config(const std::string& name) {
-  if (name != "tiny") return hllm::presets::by_name(name);
-  hllm::ModelConfig c;
-  c.name = "tiny";
-  c.vocab_size = 512;
-  c.dim = 256;
-  c.n_layers = 4;
-  c.n_heads = 8;
-  c.n_kv_heads = 2;
-  c.ffn_dim = 704;
-  c.context_length = 512;
-  return c;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::vector<std::int32_t> parse_ids(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::int32_t> ids;
+  long long id = 0;
+  while (in >> id) ids.push_back(static_cast<std::int32_t>(id));
+  if (!in.eof() || ids.empty())
+    throw hllm::Error(
+        hllm::ErrorKind::invalid_argument,
+        "this model has no tokenizer: give the prompt as token ids, e.g. -p \"1 15 27\"");
+  return ids;
 }
 
 }  // namespace
@@ -125,55 +127,79 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
   try {
-    if (!options.model_path.empty())
-      throw hllm::Error(hllm::ErrorKind::unsupported,
-                        "loading model files arrives with GGUF support; use --synthetic for now",
-                        options.model_path);
-    hllm::validate_sampler_params(options.sampler);
     const auto load_start = std::chrono::steady_clock::now();
-    const hllm::ModelConfig config = synthetic_config(options.synthetic);
-    const hllm::Llama<> model(config, hllm::random_weights(config, hllm::DType::f32, 1));
-    hllm::Session<> session(model, {.context = options.context});
+    hllm::ModelConfig config;
+    hllm::ModelWeights weights;
+    std::unique_ptr<hllm::Tokenizer> tokenizer;
+    std::string model_name;
+    if (!options.model_path.empty()) {
+      hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
+      if (loaded.file->has("tokenizer.ggml.model"))
+        tokenizer = std::make_unique<hllm::Tokenizer>(hllm::vocabulary_from_gguf(*loaded.file));
+      config = loaded.config;
+      weights = std::move(loaded.weights);
+      model_name = options.model_path;
+    } else {
+      config = hllm::examples::synthetic_config(options.synthetic);
+      weights = hllm::examples::synthetic_weights(config, hllm::DType::f32, 1);
+      model_name = "synthetic " + options.synthetic + " (random weights: output is noise)";
+    }
+    const hllm::Llama<> model(config, std::move(weights));
+    hllm::Session<> session(
+        model, {.context = options.context, .threads = options.threads, .isa = options.isa});
     const double load_seconds = seconds_since(load_start);
 
-    std::vector<std::int32_t> prompt;
-    for (std::size_t pos = 0; pos < options.prompt.size();) {
-      std::size_t used = 0;
-      prompt.push_back(std::stoi(options.prompt.substr(pos), &used));
-      pos += used;
-      while (pos < options.prompt.size() && options.prompt[pos] == ' ') ++pos;
+    const std::vector<std::int32_t> prompt =
+        tokenizer ? tokenizer->encode(options.prompt)
+                  : parse_ids(options.prompt_given ? options.prompt : "1");  // 1: BOS
+    std::fprintf(stderr, "model: %s\n", model_name.c_str());
+    hllm::GenerateOptions generate_options{.max_tokens = options.n_predict};
+    std::optional<hllm::StreamingDecoder> stream;
+    if (tokenizer) {
+      if (tokenizer->eos() >= 0) generate_options.stop_tokens.push_back(tokenizer->eos());
+      stream.emplace(*tokenizer);
+      for (std::int32_t id : prompt) stream->push(id);  // so the continuation's spacing is right
+      std::printf("%s", options.prompt.c_str());
+    } else {
+      std::printf("prompt ids:");
+      for (auto t : prompt) std::printf(" %d", t);
+      std::printf("\ngenerated ids:");
     }
-    std::printf("synthetic model '%s' (random weights: output is noise by design)\nprompt ids:",
-                config.name.c_str());
-    for (auto t : prompt) std::printf(" %d", t);
-    std::printf("\ngenerated ids:");
+    std::fflush(stdout);
 
     hllm::Sampler sampler(options.sampler);
     const auto start = std::chrono::steady_clock::now();
     double prompt_seconds = 0;
     bool first = true;
-    const auto result = hllm::generate(session, prompt, sampler,
-                                       {.max_tokens = options.n_predict, .stop_tokens = {}},
-                                       [&](std::int32_t token) {
-                                         if (first) prompt_seconds = seconds_since(start);
-                                         first = false;
-                                         std::printf(" %d", token);
-                                         std::fflush(stdout);
-                                         return true;
-                                       });
-    const double total = seconds_since(start);
-    const double gen_seconds = total - prompt_seconds;
-    std::printf("\n\nload time: %.3f s\n", load_seconds);
-    std::printf("prompt: %zu tokens, %.1f tokens/s\n", prompt.size(),
-                prompt_seconds > 0 ? double(prompt.size()) / prompt_seconds : 0.0);
-    std::printf("generated: %zu tokens, %.1f tokens/s\n", result.tokens.size(),
-                gen_seconds > 0 && result.tokens.size() > 1
-                    ? double(result.tokens.size() - 1) / gen_seconds
-                    : 0.0);
-    std::printf("ISA path: scalar (reference kernels)\n");
+    const auto result =
+        hllm::generate(session, prompt, sampler, generate_options, [&](std::int32_t token) {
+          if (first) prompt_seconds = seconds_since(start);
+          first = false;
+          if (stream)
+            std::printf("%s", stream->push(token).c_str());
+          else
+            std::printf(" %d", token);
+          std::fflush(stdout);
+          return true;
+        });
+    if (stream) std::printf("%s", stream->flush().c_str());
+    const double gen_seconds = seconds_since(start) - prompt_seconds;
+
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    std::printf("peak memory: %.1f MiB resident\n", double(usage.ru_maxrss) / 1024.0);
+    std::printf("\n\n");
+    std::fprintf(stderr, "load time: %.3f s\n", load_seconds);
+    std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s\n", prompt.size(),
+                 prompt_seconds > 0 ? double(prompt.size()) / prompt_seconds : 0.0);
+    // The first generated token comes out of the prompt pass; the rest each cost one decode.
+    std::fprintf(stderr, "generated: %zu tokens, %.1f tokens/s%s\n", result.tokens.size(),
+                 result.tokens.size() > 1 && gen_seconds > 0
+                     ? double(result.tokens.size() - 1) / gen_seconds
+                     : 0.0,
+                 result.reason == hllm::StopReason::stop_token ? " (stopped at end of text)" : "");
+    std::fprintf(stderr, "ISA path: %s, %zu threads\n", hllm::to_string(session.isa()),
+                 session.threads());
+    std::fprintf(stderr, "peak memory: %.1f MiB resident\n", double(usage.ru_maxrss) / 1024.0);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-generate: %s\n", e.what());

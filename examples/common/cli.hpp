@@ -1,0 +1,85 @@
+#pragma once
+// Command-line parsing shared by the example programs: flags in llama.cpp's spelling, each
+// value validated with a message that names the flag; a bad command line exits with status 2
+// after printing the usage text, never with an exception trace.
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+namespace hllm::cli {
+
+class Args {
+ public:
+  Args(int argc, char** argv, std::string program, std::string usage)
+      : argc_(argc), argv_(argv), program_(std::move(program)), usage_(std::move(usage)) {}
+
+  // Advances to the next flag; false at the end.
+  bool next() {
+    if (++index_ >= argc_) return false;
+    flag_ = argv_[index_];
+    if (flag_ == "-h" || flag_ == "--help") {
+      std::printf("%s", usage_.c_str());
+      std::exit(0);
+    }
+    return true;
+  }
+  const std::string& flag() const { return flag_; }
+  bool is(const char* a, const char* b = nullptr) const {
+    return flag_ == a || (b != nullptr && flag_ == b);
+  }
+
+  // The flag's value (the next argument).
+  std::string value() {
+    if (index_ + 1 >= argc_) fail("flag " + flag_ + " needs a value");
+    return argv_[++index_];
+  }
+
+  // The flag's value as a number in [lo, hi].
+  template <class T>
+  T number(T lo = std::numeric_limits<T>::lowest(), T hi = std::numeric_limits<T>::max()) {
+    const std::string text = value();
+    char* end = nullptr;
+    errno = 0;
+    T result{};
+    bool ok = !text.empty();
+    if constexpr (std::is_floating_point_v<T>) {
+      const double v = std::strtod(text.c_str(), &end);
+      result = static_cast<T>(v);
+    } else if constexpr (std::is_signed_v<T>) {
+      const long long v = std::strtoll(text.c_str(), &end, 10);
+      ok = ok && v >= static_cast<long long>(std::numeric_limits<T>::lowest()) &&
+           v <= static_cast<long long>(std::numeric_limits<T>::max());
+      result = static_cast<T>(v);
+    } else {
+      ok = ok && text[0] != '-';
+      const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+      ok = ok && v <= static_cast<unsigned long long>(std::numeric_limits<T>::max());
+      result = static_cast<T>(v);
+    }
+    ok = ok && errno == 0 && end != nullptr && *end == '\0';
+    if (!ok) fail("flag " + flag_ + " expects a number, got '" + text + "'");
+    if (!(result >= lo && result <= hi))
+      fail("flag " + flag_ + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+           "], got " + text);
+    return result;
+  }
+
+  [[noreturn]] void fail(const std::string& message) const {
+    std::fprintf(stderr, "%s: %s\n%s", program_.c_str(), message.c_str(), usage_.c_str());
+    std::exit(2);
+  }
+  [[noreturn]] void unknown() const { fail("unknown flag '" + flag_ + "'"); }
+
+ private:
+  int argc_;
+  char** argv_;
+  std::string program_, usage_;
+  int index_ = 0;
+  std::string flag_;
+};
+
+}  // namespace hllm::cli
