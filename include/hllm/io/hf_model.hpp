@@ -1,0 +1,316 @@
+#pragma once
+// Hugging Face Llama/Mistral checkpoints: config.json + safetensors (one file or shards).
+// load_hf_model() reads the config into a ModelConfig and maps the HF tensor names onto the
+// model's tensors, using the mapped data in place.
+//
+// RoPE layout: HF's LlamaAttention rotates the pairs (i, i + head_dim/2) of each head
+// ("rotate_half"), so its q/k weights are used as they are with RopeLayout::neox. (llama.cpp's
+// converter instead permutes the q/k rows so that the interleaved (2i, 2i+1) rotation gives the
+// same result; tests/test_formats.cpp proves the two agree.) No permutation, no copy.
+//
+// Norm weights must be f32 for the model; a checkpoint that stores them in f16/bf16 has just
+// those small vectors converted into an owned buffer. Tensors whose data is not aligned for its
+// element type (legal in safetensors, unusual in practice) are copied to aligned memory too, so
+// typed reads never see a misaligned pointer.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hllm/core/aligned_buffer.hpp"
+#include "hllm/core/dtype.hpp"
+#include "hllm/core/error.hpp"
+#include "hllm/core/half.hpp"
+#include "hllm/core/weight_tensor.hpp"
+#include "hllm/io/safetensors.hpp"
+#include "hllm/model/config.hpp"
+#include "hllm/model/weights.hpp"
+#include "hllm/nn/rope.hpp"
+
+namespace hllm {
+
+struct HfModel {
+  std::shared_ptr<const safetensors::Checkpoint> checkpoint;  // also held by weights.storage
+  ModelConfig config;
+  ModelWeights weights;
+};
+
+namespace detail {
+
+// A config.json value, type-checked; every failure names config.json and the key.
+class HfConfigReader {
+ public:
+  HfConfigReader(const nlohmann::json& j, std::string path) : j_(j), path_(std::move(path)) {}
+
+  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  std::int64_t integer(const char* key) const {
+    if (!j_.contains(key)) fail(ErrorKind::format, "missing required key", key);
+    return integer_of(j_.at(key), key);
+  }
+  std::int64_t integer_or(const char* key, std::int64_t fallback) const {
+    return has(key) ? integer(key) : fallback;
+  }
+  double number(const char* key) const {
+    if (!j_.contains(key)) fail(ErrorKind::format, "missing required key", key);
+    return number_of(j_.at(key), key);
+  }
+  double number_or(const char* key, double fallback) const {
+    return has(key) ? number(key) : fallback;
+  }
+  bool boolean_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_boolean()) fail(ErrorKind::format, "expected true or false", key);
+    return j_.at(key).get<bool>();
+  }
+
+  std::int64_t integer_of(const nlohmann::json& v, const std::string& key) const {
+    if (!v.is_number_integer())
+      fail(ErrorKind::format, "expected an integer, got " + v.dump(), key);
+    if (v.is_number_unsigned() &&
+        v.get<std::uint64_t>() >
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      fail(ErrorKind::format, "integer out of range: " + v.dump(), key);
+    return v.get<std::int64_t>();
+  }
+  double number_of(const nlohmann::json& v, const std::string& key) const {
+    if (!v.is_number()) fail(ErrorKind::format, "expected a number, got " + v.dump(), key);
+    return v.get<double>();
+  }
+
+  [[noreturn]] void fail(ErrorKind kind, const std::string& message, const std::string& key) const {
+    throw Error(kind, message, path_, key);
+  }
+
+ private:
+  const nlohmann::json& j_;
+  std::string path_;
+};
+
+inline void hf_rope_scaling(const nlohmann::json& s, const HfConfigReader& r, ModelConfig& c) {
+  if (!s.is_object()) r.fail(ErrorKind::format, "expected an object or null", "rope_scaling");
+  std::string type;
+  for (const char* key : {"rope_type", "type"}) {  // "type" is the pre-4.45 spelling
+    if (s.contains(key)) {
+      if (!s.at(key).is_string())
+        r.fail(ErrorKind::format, "expected a string", std::string("rope_scaling.") + key);
+      type = s.at(key).get<std::string>();
+      break;
+    }
+  }
+  auto number = [&](const char* key, double fallback, bool required) {
+    const std::string field = std::string("rope_scaling.") + key;
+    if (!s.contains(key) || s.at(key).is_null()) {
+      if (required) r.fail(ErrorKind::format, "missing required key", field);
+      return fallback;
+    }
+    return r.number_of(s.at(key), field);
+  };
+  RopeScaling& out = c.rope.scaling;
+  if (type == "default" || type.empty()) {
+    out.type = RopeScalingType::none;
+    return;
+  }
+  if (type == "linear") {
+    out.type = RopeScalingType::linear;
+    out.factor = static_cast<float>(number("factor", 1.0, true));
+  } else if (type == "yarn") {
+    out.type = RopeScalingType::yarn;
+    out.factor = static_cast<float>(number("factor", 1.0, true));
+    out.original_context = static_cast<std::int64_t>(
+        number("original_max_position_embeddings", static_cast<double>(c.context_length), false));
+    out.beta_fast = static_cast<float>(number("beta_fast", 32.0, false));
+    out.beta_slow = static_cast<float>(number("beta_slow", 1.0, false));
+    out.attention_factor = static_cast<float>(number("attention_factor", 0.0, false));
+  } else if (type == "llama3") {
+    out.type = RopeScalingType::llama3;
+    out.factor = static_cast<float>(number("factor", 1.0, true));
+    out.original_context =
+        static_cast<std::int64_t>(number("original_max_position_embeddings", 0.0, true));
+    out.low_freq_factor = static_cast<float>(number("low_freq_factor", 1.0, true));
+    out.high_freq_factor = static_cast<float>(number("high_freq_factor", 4.0, true));
+  } else {
+    // "dynamic" rescales with the sequence length at run time, which a fixed table cannot do.
+    r.fail(ErrorKind::unsupported, "RoPE scaling type '" + type + "' is not supported",
+           "rope_scaling.rope_type");
+  }
+}
+
+}  // namespace detail
+
+// A ModelConfig from a parsed config.json (`path` names it in errors).
+inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& path) {
+  const detail::HfConfigReader r(j, path);
+  if (!j.is_object()) r.fail(ErrorKind::format, "config.json is not a JSON object", {});
+  if (!j.contains("architectures") || !j.at("architectures").is_array())
+    r.fail(ErrorKind::format, "missing 'architectures' array", "architectures");
+  std::string archs;
+  bool supported = false;
+  for (const auto& a : j.at("architectures")) {
+    if (!a.is_string()) r.fail(ErrorKind::format, "expected strings", "architectures");
+    const std::string name = a.get<std::string>();
+    archs += (archs.empty() ? "" : ", ") + name;
+    supported = supported || name == "LlamaForCausalLM" || name == "MistralForCausalLM";
+  }
+  if (!supported)
+    r.fail(ErrorKind::unsupported,
+           "architecture [" + archs + "] is not supported (LlamaForCausalLM, MistralForCausalLM)",
+           "architectures");
+  if (j.contains("hidden_act") && j.at("hidden_act") != "silu")
+    r.fail(ErrorKind::unsupported, "activation " + j.at("hidden_act").dump() + " (only silu)",
+           "hidden_act");
+  if (r.boolean_or("attention_bias", false))
+    r.fail(ErrorKind::unsupported, "attention biases are not supported", "attention_bias");
+  if (r.boolean_or("mlp_bias", false))
+    r.fail(ErrorKind::unsupported, "MLP biases are not supported", "mlp_bias");
+
+  ModelConfig c;
+  if (j.contains("model_type") && j.at("model_type").is_string())
+    c.name = j.at("model_type").get<std::string>();
+  c.dim = r.integer("hidden_size");
+  c.n_layers = r.integer("num_hidden_layers");
+  c.n_heads = r.integer("num_attention_heads");
+  c.n_kv_heads = r.integer_or("num_key_value_heads", c.n_heads);
+  c.ffn_dim = r.integer("intermediate_size");
+  c.vocab_size = r.integer("vocab_size");
+  c.context_length = r.integer("max_position_embeddings");
+  c.rms_eps = static_cast<float>(r.number("rms_norm_eps"));
+  c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+  if (r.has("head_dim")) {
+    c.head_dim = r.integer("head_dim");
+    if (c.n_heads > 0 && c.head_dim * c.n_heads == c.dim) c.head_dim = 0;  // the default
+  }
+  c.sliding_window = r.integer_or("sliding_window", 0);  // Mistral; null: none
+
+  // HF's rotate_half pairs (i, i + head_dim/2): the neox layout, weights as stored.
+  c.rope.layout = RopeLayout::neox;
+  c.rope.theta = static_cast<float>(r.number_or("rope_theta", 10000.0));
+  if (r.has("partial_rotary_factor"))
+    r.fail(ErrorKind::unsupported, "partial rotary embeddings are not supported",
+           "partial_rotary_factor");
+  if (r.has("rope_scaling")) detail::hf_rope_scaling(j.at("rope_scaling"), r, c);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(ErrorKind::format, "inconsistent config: " + e.message(), path, e.field());
+  }
+  return c;
+}
+
+namespace detail {
+
+// The HF name of each model tensor, in llama_tensor_specs() order.
+inline std::vector<std::string> hf_tensor_names(const ModelConfig& c) {
+  std::vector<std::string> names{"model.embed_tokens.weight"};
+  for (std::int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* suffix :
+         {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+          "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"})
+      names.push_back(p + suffix);
+  }
+  names.push_back("model.norm.weight");
+  if (!c.tied_embeddings) names.push_back("lm_head.weight");
+  return names;
+}
+
+// Owned copies (converted norms, realigned tensors) and the checkpoint they came from.
+struct HfStorage {
+  std::shared_ptr<const safetensors::Checkpoint> checkpoint;
+  std::vector<AlignedBuffer<std::byte>> owned;
+};
+
+inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::string& hf_name,
+                              const TensorSpec& spec, HfStorage& storage) {
+  const safetensors::Checkpoint::Entry* e = ckpt.find(hf_name);
+  if (e == nullptr)
+    throw Error(ErrorKind::format, "missing tensor (needed for " + spec.name + ")",
+                ckpt.files().empty() ? std::string() : ckpt.files().front()->path(), hf_name);
+  const safetensors::TensorInfo& t = *e->tensor;
+  // Norms are 1-D [dim]; matrices 2-D [rows, cols] (PyTorch's [out_features, in_features]).
+  const bool shape_ok =
+      spec.is_norm ? (t.shape.size() == 1 && t.shape[0] == spec.cols)
+                   : (t.shape.size() == 2 && t.shape[0] == spec.rows && t.shape[1] == spec.cols);
+  if (!shape_ok) {
+    std::string shape;
+    for (std::size_t d = 0; d < t.shape.size(); ++d)
+      shape += (d ? ", " : "") + std::to_string(t.shape[d]);
+    const std::string want = spec.is_norm
+                                 ? std::to_string(spec.cols)
+                                 : std::to_string(spec.rows) + ", " + std::to_string(spec.cols);
+    throw Error(ErrorKind::format,
+                "shape [" + shape + "] disagrees with config.json, which implies [" + want + "]",
+                e->file->path(), hf_name, t.file_offset);
+  }
+  const std::size_t n = static_cast<std::size_t>(t.elements());
+  const std::size_t element = t.type == DType::f32 ? 4 : 2;
+  const bool aligned = reinterpret_cast<std::uintptr_t>(t.data) % element == 0;
+  if (spec.is_norm && t.type != DType::f32) {
+    AlignedBuffer<std::byte> buf(n * 4);  // [dim] f32
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t bits = 0;
+      std::memcpy(&bits, t.data + 2 * i, 2);
+      const float v =
+          t.type == DType::f16 ? f16::from_bits(bits).to_float() : bf16::from_bits(bits).to_float();
+      std::memcpy(buf.data() + 4 * i, &v, 4);
+    }
+    storage.owned.push_back(std::move(buf));
+    return WeightTensor{DType::f32, storage.owned.back().data(), spec.rows, spec.cols, spec.name};
+  }
+  if (!aligned) {
+    AlignedBuffer<std::byte> buf(n * element);
+    std::memcpy(buf.data(), t.data, n * element);
+    storage.owned.push_back(std::move(buf));
+    return WeightTensor{t.type, storage.owned.back().data(), spec.rows, spec.cols, spec.name};
+  }
+  return WeightTensor{t.type, t.data, spec.rows, spec.cols, spec.name};
+}
+
+}  // namespace detail
+
+// Builds a model from a config and an opened checkpoint.
+inline HfModel load_hf_model(const ModelConfig& config,
+                             std::shared_ptr<const safetensors::Checkpoint> checkpoint) {
+  HfModel m;
+  m.config = config;
+  auto storage = std::make_shared<detail::HfStorage>();
+  storage->checkpoint = checkpoint;
+  // (Views into owned buffers survive the vector growing: a moved AlignedBuffer keeps its
+  // allocation.)
+  const auto names = detail::hf_tensor_names(config);
+  std::size_t i = 0;
+  m.weights = assemble_weights(config, [&](const TensorSpec& spec) {
+    return detail::hf_weight(*checkpoint, names.at(i++), spec, *storage);
+  });
+  validate_weights(m.config, m.weights);
+  m.weights.storage = storage;
+  m.checkpoint = std::move(checkpoint);
+  return m;
+}
+
+// `dir_or_file`: a directory with config.json and model.safetensors (or shards and
+// model.safetensors.index.json), or one of those weight files with config.json beside it.
+inline HfModel load_hf_model(const std::string& dir_or_file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(dir_or_file, ec) ? fs::path(dir_or_file)
+                                                         : fs::path(dir_or_file).parent_path();
+  const std::string config_path = (dir / "config.json").string();
+  const std::string text = safetensors::detail::read_text_file(config_path);
+  const nlohmann::json j = safetensors::detail::parse_json_strict(text, config_path, {}, 0);
+  const ModelConfig config = hf_model_config(j, config_path);
+  return load_hf_model(config, std::make_shared<const safetensors::Checkpoint>(
+                                   safetensors::Checkpoint::open(dir_or_file)));
+}
+
+}  // namespace hllm
