@@ -202,17 +202,49 @@ TEST_P(FixtureLogits, ReferencePathMatchesExactLogits) {
   const auto exact = read_f32_file(kFixtures + "/fx-gqa-" + type + ".exact-logits.f32");
   ASSERT_EQ(exact.size(), 64u * 512u);
 
-  hllm::Session<> prefill(model);
+  hllm::Session<> prefill(model, {.exact = true});
   const auto all = prefill.prefill(tokens, hllm::Logits::all);
   EXPECT_LE(hllm::test::max_abs_diff(all, exact), 1e-3f);
 
-  hllm::Session<> decode(model);
+  hllm::Session<> decode(model, {.exact = true});
   std::vector<float> decoded;
   for (std::int32_t t : tokens) {
     const auto logits = decode.decode(t);
     decoded.insert(decoded.end(), logits.begin(), logits.end());
   }
   EXPECT_LE(hllm::test::max_abs_diff(decoded, exact), 1e-3f);
+}
+
+// The fast path (8-bit activations for quantized weights) on every ISA: its rms error against
+// the exact logits is no larger than llama.cpp's own for that file (fixtures/README.md), by
+// prefill and by decode.
+TEST_P(FixtureLogits, FastPathIsAsCloseAsLlamaCpp) {
+  SKIP_WITHOUT_FIXTURES();
+  const std::string type = GetParam();
+  hllm::GgufModel m = hllm::load_gguf_model(fixture(type));
+  const hllm::Llama<> model(m.config, m.weights);
+  const auto tokens = fixture_tokens();
+  const auto exact = read_f32_file(kFixtures + "/fx-gqa-" + type + ".exact-logits.f32");
+  const auto llamacpp = read_f32_file(kFixtures + "/fx-gqa-" + type + ".llamacpp-logits.f32");
+  auto rms_error = [&](std::span<const float> logits) {
+    double sum = 0;
+    for (std::size_t i = 0; i < exact.size(); ++i) sum += std::pow(double(logits[i]) - exact[i], 2);
+    return std::sqrt(sum / double(exact.size()));
+  };
+  const double llamacpp_error = rms_error(llamacpp);
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    hllm::Session<> prefill(model, {.isa = isa});
+    const auto all = prefill.prefill(tokens, hllm::Logits::all);
+    EXPECT_LE(rms_error(all), llamacpp_error) << "prefill";
+    hllm::Session<> decode(model, {.isa = isa});
+    std::vector<float> decoded;
+    for (std::int32_t t : tokens) {
+      const auto logits = decode.decode(t);
+      decoded.insert(decoded.end(), logits.begin(), logits.end());
+    }
+    EXPECT_LE(rms_error(decoded), llamacpp_error) << "decode";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, FixtureLogits, ::testing::ValuesIn(kFixtureTypes));

@@ -58,4 +58,15 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
                   sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210,
               "block structs must match the GGUF byte layouts (and DTypeInfo)");
 
+// Activations quantized on the fly for the integer dot products of quantized weights: 32 values
+// x[i] ≈ d * qs[i], with d = max|x| / 127 and qs rounded to nearest (ties to even), plus
+// sum = Σ qs[i] for the weight formats whose values carry an offset or a minimum. (Not a file
+// format: d stays float32, unlike ggml's f16, because nothing is saved.)
+struct BlockQ8Act {
+  float d;
+  std::int32_t sum;
+  std::int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8Act) == 40);
+
 }  // namespace hllm

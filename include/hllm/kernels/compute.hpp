@@ -5,7 +5,9 @@
 // weights once), element-wise work splits its elements.
 
 #include <cstddef>
+#include <span>
 
+#include "hllm/core/quant_blocks.hpp"
 #include "hllm/core/thread_pool.hpp"
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/kernels/dispatch.hpp"
@@ -15,22 +17,47 @@ namespace hllm {
 
 class Compute {
  public:
-  Compute(const kernels::KernelTable& table, ThreadPool& pool) : table_(&table), pool_(&pool) {}
+  // activation_scratch: room for the 8-bit activations of quantized-weight matmuls,
+  // [n_tokens][cols/32] blocks for the largest call. Empty: quantized weights take the exact
+  // reference path (float32 activations, dequantized rows), as SessionOptions::exact asks.
+  Compute(const kernels::KernelTable& table, ThreadPool& pool,
+          std::span<BlockQ8Act> activation_scratch = {})
+      : table_(&table), pool_(&pool), activations_(activation_scratch) {}
 
   const kernels::KernelTable& kernels() const noexcept { return *table_; }
   ThreadPool& pool() const noexcept { return *pool_; }
   Isa isa() const noexcept { return table_->isa; }
 
   // y[t][r] = sum_c w[r][c] x[t][c].   x: [n_tokens][w.cols], y: [n_tokens][w.rows]
+  // Quantized weights use 8-bit activations and integer dot products where a kernel exists and
+  // activation scratch was given; otherwise float32 activations (matmul_exact).
   void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, float* y) const {
-    if (const kernels::MatmulFn fn = table_->matmul_for(w.type)) {
-      // 16-row grains keep each thread's share a whole number of register tiles.
-      pool_->parallel_for(w.rows, 16, [&](std::size_t begin, std::size_t end) {
-        fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end);
-      });
-    } else {
-      reference::matmul(w, x, n_tokens, y);  // types without an optimized kernel yet
-    }
+    const kernels::QuantMatmulFn qfn = table_->quant_matmul_for(w.type);
+    if (qfn == nullptr || activations_.empty()) return matmul_exact(w, x, n_tokens, y);
+    const std::size_t blocks = w.cols / 32;
+    if (w.cols % 32 != 0 || n_tokens * blocks > activations_.size())
+      throw Error(ErrorKind::internal, "activation scratch too small for a quantized matmul", {},
+                  w.name);
+    BlockQ8Act* xq = activations_.data();
+    const kernels::QuantizeFn quantize = table_->quantize_activations;
+    pool_->parallel_for(n_tokens, 1, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t t = begin; t < end; ++t) quantize(x + t * w.cols, w.cols, xq + t * blocks);
+    });
+    // 16-row grains keep each thread's share a whole number of register tiles.
+    pool_->parallel_for(w.rows, 16, [&](std::size_t begin, std::size_t end) {
+      qfn(w.data, w.rows, w.cols, xq, n_tokens, y, begin, end);
+    });
+  }
+
+  // The same with float32 activations for every weight type (quantized weights are dequantized
+  // block by block): no activation rounding.
+  void matmul_exact(const WeightTensor& w, const float* x, std::size_t n_tokens, float* y) const {
+    kernels::MatmulFn fn = table_->matmul_for(w.type);
+    if (fn == nullptr) fn = table_->dequant_matmul_for(w.type);
+    if (fn == nullptr) return reference::matmul(w, x, n_tokens, y);
+    pool_->parallel_for(w.rows, 16, [&](std::size_t begin, std::size_t end) {
+      fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end);
+    });
   }
 
   // out = silu(gate) * up, element-wise over n values.
@@ -43,6 +70,7 @@ class Compute {
  private:
   const kernels::KernelTable* table_;
   ThreadPool* pool_;
+  std::span<BlockQ8Act> activations_;
 };
 
 }  // namespace hllm

@@ -11,10 +11,13 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
+#include "hllm/core/quant_blocks.hpp"
+#include "hllm/kernels/reference.hpp"
 #include "hllm/simd/cpu_features.hpp"
 #include "hllm/simd/isa.hpp"
 #include "hllm/simd/target.hpp"
@@ -32,10 +35,17 @@
 
 namespace hllm::kernels {
 
-// y[t][r] for rows [row_begin, row_end) of w: [rows][cols], x: [n_tokens][cols], y: [n_tokens][rows]
+// y[t][r] for rows [row_begin, row_end) of w: [rows][cols], x: [n_tokens][cols], y:
+// [n_tokens][rows]
 using MatmulFn = void (*)(const void* w, std::size_t rows, std::size_t cols, const float* x,
                           std::size_t n_tokens, float* y, std::size_t row_begin,
                           std::size_t row_end);
+// The same for quantized weights against activations quantized to x: [n_tokens][cols/32] blocks.
+using QuantMatmulFn = void (*)(const void* w, std::size_t rows, std::size_t cols,
+                               const BlockQ8Act* x, std::size_t n_tokens, float* y,
+                               std::size_t row_begin, std::size_t row_end);
+// x: [n] (n a multiple of 32) → out: [n/32] blocks
+using QuantizeFn = void (*)(const float* x, std::size_t n, BlockQ8Act* out);
 // x, weight, out: [n]
 using RmsNormFn = void (*)(const float* x, const float* weight, std::size_t n, float eps,
                            float* out);
@@ -48,6 +58,9 @@ struct KernelTable {
   MatmulFn matmul_f32, matmul_f16, matmul_bf16;
   RmsNormFn rms_norm;
   AttendHeadFn attend_head_f32, attend_head_f16, attend_head_bf16;
+  QuantizeFn quantize_activations;
+  QuantMatmulFn matmul_q8_0, matmul_q4_0;
+  MatmulFn dequant_q8_0, dequant_q4_0, dequant_q4_1, dequant_q4_k, dequant_q6_k;
 
   // The matmul for a weight type, or nullptr if this table has none (quantized types until
   // their kernels land: callers then use the reference path).
@@ -59,57 +72,102 @@ struct KernelTable {
       default: return nullptr;
     }
   }
+  // The float-activation matmul for a quantized weight type (dequantizing), or nullptr.
+  MatmulFn dequant_matmul_for(DType type) const noexcept {
+    switch (type) {
+      case DType::q8_0: return dequant_q8_0;
+      case DType::q4_0: return dequant_q4_0;
+      case DType::q4_1: return dequant_q4_1;
+      case DType::q4_k: return dequant_q4_k;
+      case DType::q6_k: return dequant_q6_k;
+      default: return nullptr;
+    }
+  }
+  // The integer-dot matmul for a quantized weight type, or nullptr.
+  QuantMatmulFn quant_matmul_for(DType type) const noexcept {
+    switch (type) {
+      case DType::q8_0: return matmul_q8_0;
+      case DType::q4_0: return matmul_q4_0;
+      default: return nullptr;
+    }
+  }
   template <class KV>
   AttendHeadFn attend_head_for() const noexcept {
-    if constexpr (std::is_same_v<KV, f16>) return attend_head_f16;
-    else if constexpr (std::is_same_v<KV, bf16>) return attend_head_bf16;
-    else return attend_head_f32;
+    if constexpr (std::is_same_v<KV, f16>)
+      return attend_head_f16;
+    else if constexpr (std::is_same_v<KV, bf16>)
+      return attend_head_bf16;
+    else
+      return attend_head_f32;
   }
 };
 
 }  // namespace hllm::kernels
 
-#define HLLM_KERNEL_TABLE_FOR(ns)                                                          \
-  namespace hllm::kernels::ns {                                                            \
-  inline const KernelTable& table() {                                                      \
-    static const KernelTable t{Isa::ns,         &matmul_f32,      &matmul_f16,             \
-                               &matmul_bf16,    &rms_norm,        &attend_head_f32,        \
-                               &attend_head_f16, &attend_head_bf16};                       \
-    return t;                                                                              \
-  }                                                                                        \
+// quant_ns: where the integer-dot kernels come from (AVX-512 has a VNNI build beside it).
+#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                 \
+  KernelTable {                                                                         \
+    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm,         \
+        &ns::attend_head_f32, &ns::attend_head_f16, &ns::attend_head_bf16,              \
+        &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,      \
+        &ns::matmul_dequant<BlockQ8_0, kQK8_0>, &ns::matmul_dequant<BlockQ4_0, kQK4_0>, \
+        &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,  \
+        &ns::matmul_dequant<BlockQ6_K, kQK_K>                                           \
   }
 
 #define HLLM_ISA_LEVEL 0
+#define HLLM_QUANT_VNNI 0
 namespace hllm::kernels::scalar {
+// The order matters (primitives first), so clang-format must not sort these.
+// clang-format off
 #include "hllm/simd/vec-inl.hpp"
 #include "hllm/kernels/matmul_float-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
+#include "hllm/kernels/matmul_quant-inl.hpp"
+// clang-format on
 }  // namespace hllm::kernels::scalar
 #undef HLLM_ISA_LEVEL
-HLLM_KERNEL_TABLE_FOR(scalar)
 
 #if HLLM_X86
 #define HLLM_ISA_LEVEL 1
 HLLM_TARGET_AVX2_BEGIN
 namespace hllm::kernels::avx2 {
+// The order matters (primitives first), so clang-format must not sort these.
+// clang-format off
 #include "hllm/simd/vec-inl.hpp"
 #include "hllm/kernels/matmul_float-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
+#include "hllm/kernels/matmul_quant-inl.hpp"
+// clang-format on
 }  // namespace hllm::kernels::avx2
 HLLM_TARGET_END
 #undef HLLM_ISA_LEVEL
-HLLM_KERNEL_TABLE_FOR(avx2)
 
 #define HLLM_ISA_LEVEL 2
 HLLM_TARGET_AVX512_BEGIN
 namespace hllm::kernels::avx512 {
+// The order matters (primitives first), so clang-format must not sort these.
+// clang-format off
 #include "hllm/simd/vec-inl.hpp"
 #include "hllm/kernels/matmul_float-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
+#include "hllm/kernels/matmul_quant-inl.hpp"
+// clang-format on
 }  // namespace hllm::kernels::avx512
 HLLM_TARGET_END
+#undef HLLM_QUANT_VNNI
+
+// The integer-dot kernels once more with VNNI (vpdpbusd), used where the CPU has it.
+#define HLLM_QUANT_VNNI 1
+HLLM_TARGET_AVX512_VNNI_BEGIN
+namespace hllm::kernels::avx512_vnni {
+#include "hllm/kernels/matmul_quant-inl.hpp"
+}  // namespace hllm::kernels::avx512_vnni
+HLLM_TARGET_END
+#undef HLLM_QUANT_VNNI
 #undef HLLM_ISA_LEVEL
-HLLM_KERNEL_TABLE_FOR(avx512)
+#else
+#undef HLLM_QUANT_VNNI
 #endif
 
 namespace hllm::kernels {
@@ -117,15 +175,20 @@ namespace hllm::kernels {
 // The table of one ISA; throws if this CPU cannot run it.
 inline const KernelTable& table_for(Isa isa) {
   if (!cpu_supports(isa))
-    throw Error(ErrorKind::unsupported, std::string("this CPU cannot run the ") + to_string(isa) +
-                                            " kernels");
-  switch (isa) {
+    throw Error(ErrorKind::unsupported,
+                std::string("this CPU cannot run the ") + to_string(isa) + " kernels");
+  static const KernelTable scalar_table = HLLM_KERNEL_TABLE(scalar, scalar);
 #if HLLM_X86
-    case Isa::avx512: return avx512::table();
-    case Isa::avx2: return avx2::table();
-#endif
-    default: return scalar::table();
+  static const KernelTable avx2_table = HLLM_KERNEL_TABLE(avx2, avx2);
+  static const KernelTable avx512_table = HLLM_KERNEL_TABLE(avx512, avx512);
+  static const KernelTable avx512_vnni_table = HLLM_KERNEL_TABLE(avx512, avx512_vnni);
+  switch (isa) {
+    case Isa::avx512: return cpu_features().avx512_vnni ? avx512_vnni_table : avx512_table;
+    case Isa::avx2: return avx2_table;
+    default: break;
   }
+#endif
+  return scalar_table;
 }
 
 // The table this process uses, chosen once: HLLM_ISA if set, else the best the CPU supports.

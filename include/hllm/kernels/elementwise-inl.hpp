@@ -20,7 +20,8 @@ inline void rms_norm(const float* x, const float* weight, std::size_t n, float e
   for (i = 0; i + V::lanes <= n; i += V::lanes)
     V::store(out + i, V::mul(V::mul(V::load(x + i), scale), V::load(weight + i)));
   if (i < n)
-    V::store(out + i, V::mul(V::mul(V::load(x + i, n - i), scale), V::load(weight + i, n - i)), n - i);
+    V::store(out + i, V::mul(V::mul(V::load(x + i, n - i), scale), V::load(weight + i, n - i)),
+             n - i);
 }
 
 template <class KV>

@@ -183,7 +183,8 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
 inline void rms_norm(const float* x, const float* weight, std::size_t n, float eps, float* out) {
   double sum_squares = 0.0;  // double: n can be 8192 and the mean must not lose the small terms
   for (std::size_t i = 0; i < n; ++i) sum_squares += static_cast<double>(x[i]) * x[i];
-  const float inv_rms = static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(n) + eps));
+  const float inv_rms =
+      static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(n) + eps));
   for (std::size_t i = 0; i < n; ++i) out[i] = x[i] * inv_rms * weight[i];
 }
 

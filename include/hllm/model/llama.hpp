@@ -101,7 +101,9 @@ class Llama {
     final_norm_.forward(matrix_view<const float>(x + first * dim, n - first, dim),
                         weights_.output_norm.as<float>(), matrix_view(normed, n - first, dim),
                         compute.kernels());
-    compute.matmul(output_weight(), normed, n - first, logits);
+    // Float32 activations here: the logits are what users compare, and with Logits::last this
+    // projection runs for one token per call, so its precision costs almost nothing.
+    compute.matmul_exact(output_weight(), normed, n - first, logits);
   }
 
  private:

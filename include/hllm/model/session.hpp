@@ -4,9 +4,9 @@
 // run on one model from different threads. The model must outlive its sessions.
 
 #include <algorithm>
-#include <optional>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +25,10 @@ struct SessionOptions {
   std::size_t max_batch = 64;  // tokens per forward chunk during prefill
   std::size_t threads = 0;     // worker threads (caller included); 0: the physical core count
   std::optional<Isa> isa;      // kernels to run; unset: HLLM_ISA, else the best this CPU has
+  // Keep activations in float32 for quantized weights too (the exact reference path, dequantizing
+  // each weight row; slow). Off: activations are quantized to 8 bits for integer dot products,
+  // as llama.cpp does.
+  bool exact = false;
 };
 
 // Which logits prefill returns.
@@ -48,8 +52,10 @@ class Session {
                checked_context(options.context, model.config())),
         scratch_(model.config(), max_batch_, model.rope().rot_dims() / 2),
         logits_(model.vocab_size()),
+        activations_(options.exact ? 0 : max_batch_ * widest_input(model.config()) / 32),
         pool_(options.threads ? options.threads : default_thread_count()),
-        compute_(options.isa ? kernels::table_for(*options.isa) : kernels::active(), pool_) {}
+        compute_(options.isa ? kernels::table_for(*options.isa) : kernels::active(), pool_,
+                 activations_.span()) {}
 
   const Llama<Spec>& model() const noexcept { return model_; }
   // Tokens evaluated so far: the position the next token will take.
@@ -98,6 +104,10 @@ class Session {
                   "max_batch must be in [1, 65536], got " + std::to_string(max_batch));
     return max_batch;
   }
+  // The most input features any matmul of the model has (for the 8-bit activation scratch).
+  static std::size_t widest_input(const ModelConfig& c) {
+    return static_cast<std::size_t>(std::max({c.dim, c.q_dim(), c.ffn_dim})) + 32;
+  }
   static std::size_t checked_context(std::size_t context, const ModelConfig& config) {
     const std::size_t resolved =
         context ? context : static_cast<std::size_t>(config.context_length);
@@ -112,8 +122,9 @@ class Session {
   std::size_t max_batch_;
   KVCache<kv_type> cache_;
   ForwardScratch scratch_;
-  AlignedBuffer<float> logits_;    // [vocab]
-  std::vector<float> all_logits_;  // [n_tokens][vocab], only for Logits::all
+  AlignedBuffer<float> logits_;            // [vocab]
+  std::vector<float> all_logits_;          // [n_tokens][vocab], only for Logits::all
+  AlignedBuffer<BlockQ8Act> activations_;  // [max_batch][widest input / 32]
   ThreadPool pool_;
   Compute compute_;
 };
