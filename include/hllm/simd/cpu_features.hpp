@@ -41,8 +41,8 @@ inline CpuFeatures read_cpu_features() noexcept {
   if (!osxsave || !avx) return CpuFeatures{};
   std::uint32_t xcr0_low = 0, xcr0_high = 0;
   __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
-  const bool os_saves_ymm = (xcr0_low & 0x6) == 0x6;            // SSE + AVX state
-  const bool os_saves_zmm = (xcr0_low & 0xe6) == 0xe6;          // + opmask, ZMM0-15 high, ZMM16-31
+  const bool os_saves_ymm = (xcr0_low & 0x6) == 0x6;    // SSE + AVX state
+  const bool os_saves_zmm = (xcr0_low & 0xe6) == 0xe6;  // + opmask, ZMM0-15 high, ZMM16-31
   if (!os_saves_ymm) return CpuFeatures{};
   unsigned max_leaf = __get_cpuid_max(0, nullptr);
   if (max_leaf < 7) return f;

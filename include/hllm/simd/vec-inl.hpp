@@ -29,7 +29,9 @@ struct VecF32 {
   static Reg load(const bf16* p) {
     return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static Reg load(const bf16* p, std::size_t n) { return widen_bf16(_mm256_maskz_loadu_epi16(mask(n), p)); }
+  static Reg load(const bf16* p, std::size_t n) {
+    return widen_bf16(_mm256_maskz_loadu_epi16(mask(n), p));
+  }
   static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   static void store(float* p, Reg v, std::size_t n) { _mm512_mask_storeu_ps(p, mask(n), v); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
@@ -99,9 +101,13 @@ struct VecF32 {
   static Reg zero() { return 0.0f; }
   static Reg set1(float v) { return v; }
   template <class T>
-  static Reg load(const T* p) { return to_float(*p); }
+  static Reg load(const T* p) {
+    return to_float(*p);
+  }
   template <class T>
-  static Reg load(const T* p, std::size_t n) { return n ? to_float(*p) : 0.0f; }
+  static Reg load(const T* p, std::size_t n) {
+    return n ? to_float(*p) : 0.0f;
+  }
   static void store(float* p, Reg v) { *p = v; }
   static void store(float* p, Reg v, std::size_t n) {
     if (n) *p = v;
