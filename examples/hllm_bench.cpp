@@ -135,16 +135,6 @@ Measurement summarize(std::string test, const std::vector<double>& rates) {
   return m;
 }
 
-hllm::DType parse_type(const std::string& name, hllm::cli::Args& args) {
-  for (hllm::DType t : {hllm::DType::f32, hllm::DType::f16, hllm::DType::bf16, hllm::DType::q8_0,
-                        hllm::DType::q4_0}) {
-    std::string lower = hllm::dtype_name(t);
-    for (char& ch : lower) ch = static_cast<char>(std::tolower(ch));
-    if (lower == name) return t;
-  }
-  args.fail("unknown --type '" + name + "'");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,7 +182,12 @@ int main(int argc, char** argv) {
       model_name = o.model_path;
       type_name = hllm::dtype_name(weights.layers.at(0).wq.type);
     } else {
-      const hllm::DType type = parse_type(o.type, args);
+      hllm::DType type = hllm::DType::f32;
+      try {
+        type = hllm::parse_dtype(o.type);
+      } catch (const hllm::Error& e) {
+        args.fail(e.message());
+      }
       config = hllm::examples::synthetic_config(o.preset);
       weights = hllm::examples::synthetic_weights(config, type, 1);
       model_name = o.preset + " (synthetic)";

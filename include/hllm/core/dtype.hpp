@@ -5,6 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+
+#include "hllm/core/error.hpp"
 
 namespace hllm {
 
@@ -45,6 +48,19 @@ inline std::string dtype_name(DType type) {
   DTypeInfo info{};
   if (dtype_info(type, info)) return info.name;
   return "type#" + std::to_string(static_cast<std::uint32_t>(type));
+}
+
+// The type named `name` in either case ("q8_0" or "Q8_0"); throws for an unknown name.
+inline DType parse_dtype(std::string_view name) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q4_0, DType::q4_1, DType::q8_0,
+                  DType::q4_k, DType::q6_k}) {
+    const std::string canonical = dtype_name(t);
+    bool same = canonical.size() == name.size();
+    for (std::size_t i = 0; same && i < name.size(); ++i)
+      same = canonical[i] == (name[i] >= 'a' && name[i] <= 'z' ? name[i] - 'a' + 'A' : name[i]);
+    if (same) return t;
+  }
+  throw Error(ErrorKind::invalid_argument, "unknown tensor type '" + std::string(name) + "'");
 }
 
 }  // namespace hllm

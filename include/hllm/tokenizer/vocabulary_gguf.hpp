@@ -9,6 +9,7 @@
 
 #include "hllm/core/error.hpp"
 #include "hllm/io/gguf_reader.hpp"
+#include "hllm/io/gguf_writer.hpp"
 #include "hllm/tokenizer/vocabulary.hpp"
 
 namespace hllm {
@@ -98,6 +99,28 @@ inline Vocabulary vocabulary_from_gguf(const gguf::File& file) {
 
   v.validate();
   return v;
+}
+
+// The inverse: writes a vocabulary as tokenizer.ggml.* keys, the way llama.cpp's converters do,
+// so vocabulary_from_gguf (and llama.cpp) read back the same vocabulary.
+inline void write_vocabulary(gguf::Writer& out, const Vocabulary& v) {
+  v.validate();
+  out.set("tokenizer.ggml.model", v.model);
+  if (!v.pre.empty()) out.set("tokenizer.ggml.pre", v.pre);
+  out.set("tokenizer.ggml.tokens", v.tokens);
+  if (!v.scores.empty()) out.set("tokenizer.ggml.scores", v.scores);
+  if (!v.token_types.empty()) out.set("tokenizer.ggml.token_type", v.token_types);
+  if (!v.merges.empty()) out.set("tokenizer.ggml.merges", v.merges);
+  const auto id = [&](const char* key, std::int32_t value) {
+    if (value >= 0) out.set(key, static_cast<std::uint32_t>(value));
+  };
+  id("tokenizer.ggml.bos_token_id", v.bos_id);
+  id("tokenizer.ggml.eos_token_id", v.eos_id);
+  id("tokenizer.ggml.unknown_token_id", v.unk_id);
+  id("tokenizer.ggml.padding_token_id", v.pad_id);
+  out.set("tokenizer.ggml.add_bos_token", v.add_bos);
+  out.set("tokenizer.ggml.add_eos_token", v.add_eos);
+  if (v.model == "llama") out.set("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
 }
 
 }  // namespace hllm

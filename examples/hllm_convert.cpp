@@ -1,0 +1,97 @@
+// hllm-convert: converts a model to a GGUF file of a chosen weight type, with our GGUF writer.
+//
+//   hllm-convert -i INPUT -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0] [--tokenizer tokenizer.bin]
+//
+// INPUT is a GGUF file, a Hugging Face checkpoint (a directory with config.json and
+// model.safetensors or an index), or a llama2.c checkpoint (.bin, with --tokenizer for its
+// tokenizer.bin). Hugging Face q/k weights are permuted into the interleaved RoPE layout, as
+// llama.cpp's converter does; a GGUF input keeps its tokenizer.
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "common/cli.hpp"
+#include "hllm/io/convert.hpp"
+#include "hllm/io/gguf_model.hpp"
+#include "hllm/io/hf_model.hpp"
+#include "hllm/io/llama2c.hpp"
+#include "hllm/tokenizer/vocabulary_gguf.hpp"
+
+namespace {
+
+const char* kUsage =
+    "usage: hllm-convert -i INPUT -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0]\n"
+    "                    [--tokenizer tokenizer.bin]\n"
+    "  INPUT: a .gguf file, a Hugging Face checkpoint directory, or a llama2.c .bin\n";
+
+bool starts_with_magic(const std::string& path, const char* magic) {
+  std::ifstream in(path, std::ios::binary);
+  char head[4] = {};
+  return in.read(head, 4) && std::memcmp(head, magic, 4) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string input, output, tokenizer_path, type_name = "f16";
+  hllm::cli::Args args(argc, argv, "hllm-convert", kUsage);
+  while (args.next()) {
+    if (args.is("-i", "--input"))
+      input = args.value();
+    else if (args.is("-o", "--output"))
+      output = args.value();
+    else if (args.is("--type"))
+      type_name = args.value();
+    else if (args.is("--tokenizer"))
+      tokenizer_path = args.value();
+    else
+      args.unknown();
+  }
+  if (input.empty() || output.empty()) args.fail("need -i INPUT and -o OUT.gguf");
+  hllm::DType type = hllm::DType::f16;
+  try {
+    type = hllm::parse_dtype(type_name);
+  } catch (const hllm::Error& e) {
+    args.fail(e.message());
+  }
+
+  try {
+    hllm::ModelConfig config;
+    hllm::ModelWeights weights;
+    std::optional<hllm::Vocabulary> vocabulary;
+    if (std::filesystem::is_directory(input) || input.ends_with(".safetensors") ||
+        input.ends_with(".json")) {
+      hllm::HfModel m = hllm::load_hf_model(input);
+      config = m.config;
+      weights = std::move(m.weights);
+    } else if (starts_with_magic(input, "GGUF")) {
+      hllm::GgufModel m = hllm::load_gguf_model(input);
+      if (m.file->has("tokenizer.ggml.model")) vocabulary = hllm::vocabulary_from_gguf(*m.file);
+      config = m.config;
+      weights = std::move(m.weights);
+    } else {
+      hllm::Llama2cModel m = hllm::load_llama2c_model(input);
+      config = m.config;
+      weights = std::move(m.weights);
+    }
+    if (!tokenizer_path.empty())
+      vocabulary = hllm::llama2c::load_vocabulary(tokenizer_path,
+                                                  static_cast<std::size_t>(config.vocab_size));
+    const hllm::ConvertedModel converted = hllm::convert_model(config, weights, type);
+    hllm::save_gguf_model(output, converted.config, converted.weights, [&](hllm::gguf::Writer& w) {
+      if (vocabulary) hllm::write_vocabulary(w, *vocabulary);
+    });
+    std::printf("wrote %s: %s weights, %lld layers, vocabulary %s (%.1f MiB)\n", output.c_str(),
+                hllm::dtype_name(type).c_str(), static_cast<long long>(config.n_layers),
+                vocabulary ? "included" : "absent",
+                double(std::filesystem::file_size(output)) / (1024.0 * 1024.0));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hllm-convert: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,158 @@
+// Model conversion (io/convert.hpp) and the vocabulary writer: what hllm-convert does.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "hllm/io/convert.hpp"
+#include "hllm/io/gguf_model.hpp"
+#include "hllm/io/hf_model.hpp"
+#include "hllm/model/llama.hpp"
+#include "hllm/model/session.hpp"
+#include "hllm/tokenizer/tokenizer.hpp"
+#include "hllm/tokenizer/vocabulary_gguf.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+const std::string kFixtures = HLLM_SHARED_DIR "/fixtures";
+
+std::vector<float> logits_of(const hllm::ModelConfig& c, const hllm::ModelWeights& w,
+                             const std::vector<std::int32_t>& tokens) {
+  const hllm::Llama<> model(c, w);
+  hllm::Session<> session(model, {.exact = true});
+  const auto all = session.prefill(tokens, hllm::Logits::all);
+  return {all.begin(), all.end()};
+}
+
+hllm::GgufModel reload(const hllm::ConvertedModel& m, std::vector<std::byte>& bytes) {
+  bytes = hllm::gguf_model_writer(m.config, m.weights).to_bytes();
+  return hllm::load_gguf_model(
+      std::make_shared<const hllm::gguf::File>(hllm::gguf::File::from_memory(bytes, "converted")));
+}
+
+// A Hugging Face checkpoint (half-split RoPE) converted to GGUF (interleaved RoPE, q/k rows
+// permuted) gives the same logits as the checkpoint itself.
+TEST(Convert, HuggingFaceToGgufKeepsTheLogits) {
+  const hllm::HfModel hf = hllm::load_hf_model(HLLM_GOLDEN_DIR "/formats/hf");
+  ASSERT_EQ(hf.config.rope.layout, hllm::RopeLayout::neox);
+  const std::vector<std::int32_t> tokens{1, 5, 17, 42, 99, 3, 64, 7, 120, 11};
+  const auto expected = logits_of(hf.config, hf.weights, tokens);
+  const hllm::ConvertedModel converted =
+      hllm::convert_model(hf.config, hf.weights, hllm::DType::f32);
+  EXPECT_EQ(converted.config.rope.layout, hllm::RopeLayout::interleaved);
+  std::vector<std::byte> bytes;
+  const hllm::GgufModel gguf = reload(converted, bytes);
+  EXPECT_EQ(gguf.config.rope.layout, hllm::RopeLayout::interleaved);
+  EXPECT_TRUE(hllm::test::all_close(logits_of(gguf.config, gguf.weights, tokens), expected, 1e-5f));
+}
+
+// Our Q8_0 quantizer is ggml's reference one, so converting the fixture's F32 file reproduces
+// the tensors llama-quantize wrote into its Q8_0 file, byte for byte.
+TEST(Convert, F32ToQ8_0ReproducesLlamaQuantize) {
+  if (!std::filesystem::exists(kFixtures))
+    GTEST_SKIP() << "../shared/fixtures not found (a user's clone has no ../shared)";
+  const hllm::GgufModel f32 = hllm::load_gguf_model(kFixtures + "/fx-gqa-f32.gguf");
+  const hllm::GgufModel q8 = hllm::load_gguf_model(kFixtures + "/fx-gqa-q8_0.gguf");
+  const hllm::ConvertedModel converted =
+      hllm::convert_model(f32.config, f32.weights, hllm::DType::q8_0);
+  const auto& a = converted.weights.layers;
+  const auto& b = q8.weights.layers;
+  for (std::size_t l = 0; l < a.size(); ++l) {
+    for (auto member : {&hllm::LayerWeights::wq, &hllm::LayerWeights::wk, &hllm::LayerWeights::wv,
+                        &hllm::LayerWeights::wo}) {
+      const hllm::WeightTensor& x = a[l].*member;
+      const hllm::WeightTensor& y = b[l].*member;
+      ASSERT_EQ(x.type, y.type) << x.name;
+      ASSERT_EQ(x.bytes(), y.bytes()) << x.name;
+      EXPECT_EQ(0, std::memcmp(x.data, y.data, x.bytes())) << x.name;
+    }
+  }
+}
+
+TEST(Convert, EveryTargetTypeStaysCloseToTheOriginal) {
+  hllm::ModelConfig c;
+  c.vocab_size = 96;
+  c.dim = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 128;
+  c.context_length = 64;
+  const hllm::ModelWeights w = hllm::random_weights(c, hllm::DType::f32, 3);
+  const std::vector<std::int32_t> tokens{1, 2, 3, 4, 5, 6, 7, 8};
+  const auto expected = logits_of(c, w, tokens);
+  // rms error of the logits relative to their rms, bounded by the type's relative rounding of
+  // each weight (f16 2^-11, bf16 2^-8, q8_0 about 1/254 of the block maximum, q4_0 about 1/16
+  // of it) times a few for the layers that compound it.
+  for (auto [type, tolerance] : {std::pair{hllm::DType::f32, 1e-6},
+                                 {hllm::DType::f16, 4e-3},
+                                 {hllm::DType::bf16, 3e-2},
+                                 {hllm::DType::q8_0, 3e-2},
+                                 {hllm::DType::q4_0, 0.35}}) {
+    const hllm::ConvertedModel converted = hllm::convert_model(c, w, type);
+    std::vector<std::byte> bytes;
+    const hllm::GgufModel reloaded = reload(converted, bytes);
+    EXPECT_EQ(reloaded.weights.layers[0].wq.type, type);
+    EXPECT_EQ(reloaded.weights.layers[0].attn_norm.type, hllm::DType::f32);
+    const auto actual = logits_of(reloaded.config, reloaded.weights, tokens);
+    double error = 0, scale = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      error += (actual[i] - expected[i]) * (actual[i] - expected[i]);
+      scale += expected[i] * expected[i];
+    }
+    const double relative = std::sqrt(error / scale);
+    EXPECT_LE(relative, tolerance) << hllm::dtype_name(type);
+    std::printf("%s: rms relative error %.2e\n", hllm::dtype_name(type).c_str(), relative);
+  }
+}
+
+TEST(Convert, VocabularyRoundTripsThroughGguf) {
+  hllm::Vocabulary v;
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>", "<0x41>", "\u2581a", "b"};
+  v.scores = {0, 0, 0, 0, -1.5f, -2.0f};
+  v.token_types = {2, 3, 3, 6, 1, 1};
+  v.unk_id = 0;
+  v.bos_id = 1;
+  v.eos_id = 2;
+  v.add_space_prefix = false;
+  hllm::gguf::Writer w;
+  w.set("general.architecture", "llama");
+  hllm::write_vocabulary(w, v);
+  const auto bytes = w.to_bytes();
+  const auto file = hllm::gguf::File::from_memory(bytes, "vocab");
+  const hllm::Vocabulary back = hllm::vocabulary_from_gguf(file);
+  EXPECT_EQ(back.tokens, v.tokens);
+  EXPECT_EQ(back.scores, v.scores);
+  EXPECT_EQ(back.token_types, v.token_types);
+  EXPECT_EQ(back.bos_id, 1);
+  EXPECT_EQ(back.eos_id, 2);
+  EXPECT_EQ(back.unk_id, 0);
+  EXPECT_FALSE(back.add_space_prefix);
+  EXPECT_EQ(hllm::Tokenizer(back).encode("ab", false), hllm::Tokenizer(v).encode("ab", false));
+}
+
+TEST(Convert, RefusesUnwritableTypes) {
+  hllm::ModelConfig c;
+  c.vocab_size = 32;
+  c.dim = 32;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.ffn_dim = 32;
+  c.context_length = 16;
+  EXPECT_THROW(
+      hllm::convert_model(c, hllm::random_weights(c, hllm::DType::f32, 1), hllm::DType::q4_k),
+      hllm::Error);
+  EXPECT_THROW(hllm::parse_dtype("q9_9"), hllm::Error);
+  EXPECT_EQ(hllm::parse_dtype("q8_0"), hllm::DType::q8_0);
+  EXPECT_EQ(hllm::parse_dtype("BF16"), hllm::DType::bf16);
+}
+
+}  // namespace
