@@ -17,6 +17,9 @@ namespace hllm {
 
 class Compute {
  public:
+  // ~2^17 multiply-adds take ~10-30 µs on one core: below that, one thread beats two.
+  static constexpr std::size_t kMinParallelWork = std::size_t{1} << 17;
+
   // activation_scratch: room for the 8-bit activations of quantized-weight matmuls,
   // [n_tokens][cols/32] blocks for the largest call. Empty: quantized weights take the exact
   // reference path (float32 activations, dequantized rows), as SessionOptions::exact asks.
@@ -40,11 +43,11 @@ class Compute {
                   w.name);
     BlockQ8Act* xq = activations_.data();
     const kernels::QuantizeFn quantize = table_->quantize_activations;
-    pool_->parallel_for(n_tokens, 1, [&](std::size_t begin, std::size_t end) {
+    split(n_tokens, 1, n_tokens * w.cols, [&](std::size_t begin, std::size_t end) {
       for (std::size_t t = begin; t < end; ++t) quantize(x + t * w.cols, w.cols, xq + t * blocks);
     });
     // 16-row grains keep each thread's share a whole number of register tiles.
-    pool_->parallel_for(w.rows, 16, [&](std::size_t begin, std::size_t end) {
+    split(w.rows, 16, w.rows * w.cols * n_tokens, [&](std::size_t begin, std::size_t end) {
       qfn(w.data, w.rows, w.cols, xq, n_tokens, y, begin, end);
     });
   }
@@ -55,14 +58,26 @@ class Compute {
     kernels::MatmulFn fn = table_->matmul_for(w.type);
     if (fn == nullptr) fn = table_->dequant_matmul_for(w.type);
     if (fn == nullptr) return reference::matmul(w, x, n_tokens, y);
-    pool_->parallel_for(w.rows, 16, [&](std::size_t begin, std::size_t end) {
+    split(w.rows, 16, w.rows * w.cols * n_tokens, [&](std::size_t begin, std::size_t end) {
       fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end);
     });
   }
 
+  // Splits [0, n) across the pool's threads, or runs it on the caller alone when the whole job
+  // is `work` < kMinParallelWork multiply-adds: waking a thread and meeting at the barrier costs
+  // microseconds, more than a small model's matmul.
+  template <class F>
+  void split(std::size_t n, std::size_t grain, std::size_t work, F&& fn) const {
+    if (work < kMinParallelWork || pool_->size() == 1) {
+      if (n > 0) fn(std::size_t{0}, n);
+      return;
+    }
+    pool_->parallel_for(n, grain, fn);
+  }
+
   // out = silu(gate) * up, element-wise over n values.
   void silu_mul(const float* gate, const float* up, std::size_t n, float* out) const {
-    pool_->parallel_for(n, 256, [&](std::size_t begin, std::size_t end) {
+    split(n, 256, n * 16, [&](std::size_t begin, std::size_t end) {
       reference::silu_mul(gate + begin, up + begin, end - begin, out + begin);
     });
   }

@@ -99,7 +99,9 @@ class LlamaBlock {
     // all of which were stored above (store() checked them against the capacity). The
     // (token, head) pairs are independent, so threads split them.
     const std::size_t n_heads = n_heads_();
-    compute.pool().parallel_for(n_tokens * n_heads, 1, [&](std::size_t begin, std::size_t end) {
+    // Work: about 2 · head_dim multiply-adds per visible key per (token, head).
+    const std::size_t attention_work = n_tokens * n_heads * head_dim * 2 * (start + n_tokens);
+    compute.split(n_tokens * n_heads, 1, attention_work, [&](std::size_t begin, std::size_t end) {
       for (std::size_t i = begin; i < end; ++i) {
         const std::size_t t = i / n_heads, h = i % n_heads;
         attention_.forward_unchecked(s.q.data() + t * q_width, start + t, cache, layer_,
