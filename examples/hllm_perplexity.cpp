@@ -1,0 +1,136 @@
+// hllm-perplexity: the perplexity of a model on a text file, computed as llama.cpp's perplexity
+// tool does so that the numbers can be compared.
+//
+//   hllm-perplexity -m FILE.gguf -f TEXT.txt [-c 512] [-t N] [-b BATCH] [--isa ISA]
+//
+// The whole file is tokenized (with BOS when the vocabulary adds one) and cut into
+// non-overlapping windows of -c tokens; a partial last window is dropped. Each window is
+// evaluated from an empty KV cache with BOS in its first position, and the second half of it is
+// scored (generate/perplexity.hpp has the details). Prints the running perplexity after each
+// window, then the final estimate with its standard error.
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/cli.hpp"
+#include "hllm/hllm.hpp"
+
+namespace {
+
+const char* kUsage =
+    "usage: hllm-perplexity -m FILE.gguf -f TEXT.txt [-c CONTEXT] [-t THREADS] [-b BATCH]\n"
+    "         [--isa scalar|avx2|avx512]\n"
+    "  -c: window length in tokens (default 512); the second half of each window is scored\n"
+    "  -b: tokens per forward pass while evaluating a window (default 512)\n";
+
+struct Options {
+  std::string model_path;
+  std::string text_path;
+  std::size_t context = 512;
+  std::size_t batch = 512;
+  std::size_t threads = 0;
+  std::optional<hllm::Isa> isa;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  hllm::cli::Args args(argc, argv, "hllm-perplexity", kUsage);
+  while (args.next()) {
+    if (args.is("-m", "--model"))
+      o.model_path = args.value();
+    else if (args.is("-f", "--file"))
+      o.text_path = args.value();
+    else if (args.is("-c", "--ctx-size"))
+      o.context = args.number<std::size_t>(4, hllm::kMaxContext);
+    else if (args.is("-b", "--batch-size"))
+      o.batch = args.number<std::size_t>(1, 65536);
+    else if (args.is("-t", "--threads"))
+      o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
+    else if (args.is("--isa")) {
+      try {
+        o.isa = hllm::parse_isa(args.value());
+      } catch (const hllm::Error& e) {
+        args.fail(e.message());
+      }
+    } else
+      args.unknown();
+  }
+  if (o.model_path.empty()) args.fail("a model is required (-m FILE.gguf)");
+  if (o.text_path.empty()) args.fail("a text file is required (-f TEXT.txt)");
+  return o;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw hllm::Error(hllm::ErrorKind::io, "cannot open the text file", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw hllm::Error(hllm::ErrorKind::io, "cannot read the text file", path);
+  return text.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  try {
+    hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
+    if (!loaded.file->has("tokenizer.ggml.model"))
+      throw hllm::Error(hllm::ErrorKind::unsupported, "the model has no tokenizer",
+                        options.model_path, "tokenizer.ggml.model");
+    const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file));
+    const std::string text = read_file(options.text_path);
+    const std::vector<std::int32_t> tokens = tokenizer.encode(text, /*add_special=*/true);
+    const std::size_t c = options.context;
+    const hllm::PerplexityPlan plan = hllm::plan_perplexity(tokens.size(), c);
+
+    if (c > static_cast<std::size_t>(loaded.config.context_length))
+      std::fprintf(stderr, "warning: -c %zu exceeds the model's training context of %lld\n", c,
+                   static_cast<long long>(loaded.config.context_length));
+    const hllm::Llama<> model(loaded.config, std::move(loaded.weights));
+    hllm::Session<> session(model, {.context = c,
+                                    .max_batch = std::min(options.batch, c),
+                                    .threads = options.threads,
+                                    .isa = options.isa});
+    const bool bos_first = tokenizer.vocabulary().add_bos && tokenizer.bos() >= 0;
+    std::fprintf(stderr,
+                 "model: %s\ntext: %s, %zu tokens\n%zu windows of %zu tokens, scoring %zu tokens "
+                 "each (positions %zu..%zu); ISA %s, %zu threads\n",
+                 options.model_path.c_str(), options.text_path.c_str(), tokens.size(), plan.windows,
+                 c, plan.scored_per_window, plan.first_scored, c - 2,
+                 hllm::to_string(session.isa()), session.threads());
+
+    hllm::PerplexityAccumulator acc;
+    std::vector<std::int32_t> window(c);
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t w = 0; w < plan.windows; ++w) {
+      std::copy_n(tokens.begin() + static_cast<std::ptrdiff_t>(w * c), c, window.begin());
+      // Every window starts a sequence, so it starts with BOS like the first (llama.cpp
+      // overwrites the window's first token, which is never scored anyway).
+      if (bos_first) window[0] = tokenizer.bos();
+      session.reset();
+      const std::span<const float> logits = session.prefill(window, hllm::Logits::all);
+      hllm::score_window(logits, window, model.vocab_size(), plan, acc);
+      std::printf("[%zu]%.4f,", w + 1, acc.perplexity());
+      if (w == 0) {
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "%.2f s per window, about %.1f s in all\n", seconds,
+                     seconds * static_cast<double>(plan.windows));
+      }
+      std::fflush(stdout);
+    }
+    std::printf("\nFinal estimate: PPL = %.4f +/- %.5f (%zu tokens scored of %zu)\n",
+                acc.perplexity(), acc.perplexity_error(), acc.count(), tokens.size());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hllm-perplexity: %s\n", e.what());
+    return 1;
+  }
+}
