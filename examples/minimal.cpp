@@ -15,9 +15,11 @@ int main(int argc, char** argv) try {
   const char* prompt = argc > 2 ? argv[2] : "Once upon a time";
   hllm::Sampler sampler({.temperature = 0.7f, .seed = 1});
   hllm::StreamingDecoder text(tokenizer);
+  const std::vector<std::int32_t> ids = tokenizer.encode(prompt);
+  for (std::int32_t id : ids) text.push(id);  // the continuation then starts with its space
   std::printf("%s", prompt);
-  hllm::generate(session, tokenizer.encode(prompt), sampler,
-                 {.max_tokens = 64, .stop_tokens = {tokenizer.eos()}}, [&](std::int32_t token) {
+  hllm::generate(session, ids, sampler, {.max_tokens = 64, .stop_tokens = {tokenizer.eos()}},
+                 [&](std::int32_t token) {
                    std::printf("%s", text.push(token).c_str());
                    return std::fflush(stdout) == 0;
                  });

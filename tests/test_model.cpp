@@ -3,11 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "golden_file.hpp"
+#include "hllm/generate/generate.hpp"
+#include "hllm/generate/sampler.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/presets.hpp"
 #include "hllm/model/session.hpp"
@@ -372,6 +376,62 @@ TEST(BadInput, WeightsOfTheWrongShape) {
   } catch (const hllm::Error& e) {
     EXPECT_EQ(e.field(), "blk.1.attn_k.weight");
     EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+hllm::ModelConfig threaded_config() {
+  // Large enough that matmuls and attention are split across threads (2^17 multiply-adds).
+  hllm::ModelConfig c = tiny_config(8, 2, 0);
+  c.dim = 256;
+  c.ffn_dim = 768;
+  c.vocab_size = 512;
+  return c;
+}
+
+// One model shared read-only by several threads, each generating with its own session and
+// sampler: the same tokens as running the generations one by one.
+TEST(Concurrency, SessionsOnManyThreadsMatchSequentialRuns) {
+  const hllm::ModelConfig c = threaded_config();
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 21));
+  constexpr int kSessions = 4;
+  auto run = [&](int i) {
+    hllm::Session<> session(model, {.threads = 2});
+    hllm::Sampler sampler({.temperature = 0.9f, .seed = static_cast<std::uint64_t>(100 + i)});
+    const auto prompt = some_tokens(static_cast<std::size_t>(5 + i), 512);
+    return hllm::generate(session, prompt, sampler, {.max_tokens = 24}).tokens;
+  };
+  std::vector<std::vector<std::int32_t>> sequential(kSessions), parallel(kSessions);
+  for (int i = 0; i < kSessions; ++i) sequential[i] = run(i);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSessions; ++i) threads.emplace_back([&, i] { parallel[i] = run(i); });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(parallel, sequential);
+}
+
+// Threads split whole output rows and (token, head) pairs, never a sum, so the thread count
+// cannot change a single bit of the logits; the same seed gives the same tokens run after run.
+TEST(Determinism, ThreadCountAndRepetitionDoNotChangeResults) {
+  const hllm::ModelConfig c = threaded_config();
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 22));
+  const auto prompt = some_tokens(40, 512);
+  std::vector<float> reference;
+  for (std::size_t threads : {1u, 2u, 3u}) {
+    hllm::Session<> session(model, {.threads = threads});
+    const auto logits = session.prefill(prompt, hllm::Logits::all);
+    if (reference.empty()) reference.assign(logits.begin(), logits.end());
+    EXPECT_TRUE(std::equal(logits.begin(), logits.end(), reference.begin())) << threads;
+  }
+  std::vector<std::int32_t> first;
+  for (int run = 0; run < 3; ++run) {
+    hllm::Session<> session(model);
+    hllm::Sampler sampler({.temperature = 1.0f, .seed = 7});
+    const auto tokens = hllm::generate(session, prompt, sampler, {.max_tokens = 16}).tokens;
+    if (run == 0) first = tokens;
+    EXPECT_EQ(tokens, first);
   }
 }
 
