@@ -181,11 +181,7 @@ int main(int argc, char** argv) {
     else if (args.is("-t", "--threads"))
       o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
     else if (args.is("--isa")) {
-      try {
-        o.isa = hllm::parse_isa(args.value());
-      } catch (const hllm::Error& e) {
-        args.fail(e.message());
-      }
+      o.isa = args.isa();
     } else if (args.is("-o", "--output")) {
       o.output = args.value();
       if (o.output != "md" && o.output != "json") args.fail("-o must be md or json");

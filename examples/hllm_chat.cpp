@@ -55,18 +55,8 @@ Options parse(int argc, char** argv) {
       o.context = args.number<std::size_t>(0, hllm::kMaxContext);
     else if (args.is("-n", "--n-predict"))
       o.max_reply = args.number<int>(1, 1 << 20);
-    else if (args.is("--temp"))
-      o.sampler.temperature = args.number<float>();
-    else if (args.is("--top-k"))
-      o.sampler.top_k = args.number<int>(0);
-    else if (args.is("--top-p"))
-      o.sampler.top_p = args.number<float>();
-    else if (args.is("--min-p"))
-      o.sampler.min_p = args.number<float>();
-    else if (args.is("--repeat-penalty"))
-      o.sampler.repeat_penalty = args.number<float>();
-    else if (args.is("--seed"))
-      o.sampler.seed = args.number<std::uint64_t>();
+    else if (args.sampling(o.sampler))
+      continue;
     else if (args.is("--system"))
       o.system = args.value();
     else if (args.is("--chat-format")) {
@@ -77,19 +67,11 @@ Options parse(int argc, char** argv) {
         args.fail(e.message());
       }
     } else if (args.is("--isa")) {
-      try {
-        o.isa = hllm::parse_isa(args.value());
-      } catch (const hllm::Error& e) {
-        args.fail(e.message());
-      }
+      o.isa = args.isa();
     } else
       args.unknown();
   }
-  try {
-    hllm::validate_sampler_params(o.sampler);
-  } catch (const hllm::Error& e) {
-    args.fail(e.message());
-  }
+  args.check_sampling(o.sampler);
   if (o.model_path.empty()) args.fail("a model is required (-m FILE.gguf)");
   return o;
 }
@@ -107,9 +89,6 @@ int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
   try {
     hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
-    if (!loaded.file->has("tokenizer.ggml.model"))
-      throw hllm::Error(hllm::ErrorKind::unsupported, "the model has no tokenizer",
-                        options.model_path, "tokenizer.ggml.model");
     const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file));
     hllm::ChatFormat format{};
     if (!options.chat_format.empty()) {

@@ -68,34 +68,16 @@ Options parse(int argc, char** argv) {
       o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
     else if (args.is("-c", "--ctx-size"))
       o.context = args.number<std::size_t>(0, hllm::kMaxContext);
-    else if (args.is("--temp"))
-      o.sampler.temperature = args.number<float>();
-    else if (args.is("--top-k"))
-      o.sampler.top_k = args.number<int>(0);
-    else if (args.is("--top-p"))
-      o.sampler.top_p = args.number<float>();
-    else if (args.is("--min-p"))
-      o.sampler.min_p = args.number<float>();
-    else if (args.is("--repeat-penalty"))
-      o.sampler.repeat_penalty = args.number<float>();
-    else if (args.is("--seed"))
-      o.sampler.seed = args.number<std::uint64_t>();
+    else if (args.sampling(o.sampler))
+      continue;
     else if (args.is("--synthetic"))
       o.synthetic = args.value();
-    else if (args.is("--isa")) {
-      try {
-        o.isa = hllm::parse_isa(args.value());
-      } catch (const hllm::Error& e) {
-        args.fail(e.message());
-      }
-    } else
+    else if (args.is("--isa"))
+      o.isa = args.isa();
+    else
       args.unknown();
   }
-  try {
-    hllm::validate_sampler_params(o.sampler);
-  } catch (const hllm::Error& e) {
-    args.fail(e.message());
-  }
+  args.check_sampling(o.sampler);
   if (!o.model_path.empty() && !o.synthetic.empty()) args.fail("give -m or --synthetic, not both");
   if (o.model_path.empty() && o.synthetic.empty()) {
     if (std::filesystem::exists(HLLM_DEFAULT_MODEL))

@@ -52,13 +52,9 @@ Options parse(int argc, char** argv) {
       o.batch = args.number<std::size_t>(1, 65536);
     else if (args.is("-t", "--threads"))
       o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
-    else if (args.is("--isa")) {
-      try {
-        o.isa = hllm::parse_isa(args.value());
-      } catch (const hllm::Error& e) {
-        args.fail(e.message());
-      }
-    } else
+    else if (args.is("--isa"))
+      o.isa = args.isa();
+    else
       args.unknown();
   }
   if (o.model_path.empty()) args.fail("a model is required (-m FILE.gguf)");
@@ -81,9 +77,6 @@ int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
   try {
     hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
-    if (!loaded.file->has("tokenizer.ggml.model"))
-      throw hllm::Error(hllm::ErrorKind::unsupported, "the model has no tokenizer",
-                        options.model_path, "tokenizer.ggml.model");
     const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file));
     const std::string text = read_file(options.text_path);
     const std::vector<std::int32_t> tokens = tokenizer.encode(text, /*add_special=*/true);

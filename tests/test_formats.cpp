@@ -66,22 +66,7 @@ void write_bytes(const std::string& path, const std::string& text) {
   out << text;
 }
 
-// Expected error: kind, field, file and (when given) offset.
-template <class F>
-void expect_error(F&& f, ErrorKind kind, const std::string& field, const std::string& file,
-                  std::optional<std::uint64_t> offset = {}) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown (expected field '" << field << "')";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    EXPECT_EQ(e.field(), field) << e.what();
-    EXPECT_EQ(e.file(), file) << e.what();
-    if (offset) {
-      EXPECT_EQ(e.offset(), offset) << e.what();
-    }
-  }
-}
+using hllm::test::expect_error;
 
 // A fresh temporary directory, removed at the end of the test.
 struct TempDir {

@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "hllm/core/error.hpp"
 #include "hllm/simd/isa.hpp"
 
 namespace hllm::test {
@@ -54,6 +58,24 @@ inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float
   std::vector<float> v(n);
   for (float& x : v) x = normal(rng);
   return v;
+}
+
+// Expects f() to throw hllm::Error of this kind naming this field and file (and, when given,
+// this byte offset): the error catalogues assert the specific error, not just "throws".
+template <class F>
+void expect_error(F&& f, ErrorKind kind, const std::string& field, const std::string& file,
+                  std::optional<std::uint64_t> offset = {}) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown (expected field '" << field << "')";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_EQ(e.field(), field) << e.what();
+    EXPECT_EQ(e.file(), file) << e.what();
+    if (offset) {
+      EXPECT_EQ(e.offset(), offset) << e.what();
+    }
+  }
 }
 
 // Every ISA this CPU can run: kernels are tested on each, forced one by one.

@@ -7,8 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
+
+#include "hllm/core/error.hpp"
+#include "hllm/generate/sampler.hpp"
+#include "hllm/simd/isa.hpp"
 
 namespace hllm::cli {
 
@@ -66,6 +71,44 @@ class Args {
       fail("flag " + flag_ + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
            "], got " + text);
     return result;
+  }
+
+  // The flag's value as an ISA name (scalar, avx2, avx512).
+  Isa isa() {
+    try {
+      return parse_isa(value());
+    } catch (const Error& e) {
+      fail(e.message());
+    }
+  }
+
+  // Consumes the sampling flags shared by the generating programs (--temp, --top-k, --top-p,
+  // --min-p, --repeat-penalty, --seed); false if the current flag is not one of them.
+  bool sampling(SamplerParams& p) {
+    if (is("--temp"))
+      p.temperature = number<float>();
+    else if (is("--top-k"))
+      p.top_k = number<int>(0);
+    else if (is("--top-p"))
+      p.top_p = number<float>();
+    else if (is("--min-p"))
+      p.min_p = number<float>();
+    else if (is("--repeat-penalty"))
+      p.repeat_penalty = number<float>();
+    else if (is("--seed"))
+      p.seed = number<std::uint64_t>();
+    else
+      return false;
+    return true;
+  }
+
+  // Exits with the usage text unless the sampling parameters are valid.
+  void check_sampling(const SamplerParams& p) const {
+    try {
+      validate_sampler_params(p);
+    } catch (const Error& e) {
+      fail(e.message());
+    }
   }
 
   [[noreturn]] void fail(const std::string& message) const {

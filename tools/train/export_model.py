@@ -24,28 +24,13 @@ import argparse
 import struct
 from pathlib import Path
 
+import sys
+
 import numpy as np
 import sentencepiece as spm
 
-
-def read_goldens(path: Path) -> dict[str, np.ndarray]:
-    data = path.read_bytes()
-    assert data[:8] == b"HLLMGLD1", f"{path}: not a golden-format file"
-    (count,) = struct.unpack_from("<I", data, 8)
-    pos, out = 12, {}
-    for _ in range(count):
-        (name_len,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        name = data[pos : pos + name_len].decode()
-        pos += name_len
-        (ndim,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        dims = struct.unpack_from(f"<{ndim}Q", data, pos)
-        pos += 8 * ndim
-        n = int(np.prod(dims)) if ndim else 1
-        out[name] = np.frombuffer(data, dtype="<f4", count=n, offset=pos).reshape(dims)
-        pos += 4 * n
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_outputs import read_golden  # noqa: E402  (the golden-format reader, one copy)
 
 
 def write_llama2c(weights: dict[str, np.ndarray], path: Path) -> None:
@@ -92,7 +77,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/kjv-train"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    weights = read_goldens(args.weights)
+    weights = read_golden(args.weights)
     write_llama2c(weights, args.out / "kjv-llama.bin")
     write_tokenizer(args.tokenizer, args.out / "tokenizer.bin")
     print(f"wrote {args.out / 'kjv-llama.bin'} and {args.out / 'tokenizer.bin'}")
