@@ -10,17 +10,13 @@
 // can never slip those instructions into the rest of the AVX-512 code.
 
 #if defined(__clang__)
-#define HLLM_TARGET_AVX2_BEGIN \
-  _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c\"))), apply_to = function)")
-#define HLLM_TARGET_AVX512_BEGIN                                                              \
-  _Pragma(                                                                                    \
-      "clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl," \
-      "avx512dq\"))), apply_to = function)")
-#define HLLM_TARGET_AVX512_VNNI_BEGIN                                                         \
-  _Pragma(                                                                                    \
-      "clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl," \
-      "avx512dq,avx512vnni\"))), apply_to = function)")
+// clang-format off
+// (_Pragma takes exactly one string literal, so these lines must not be split.)
+#define HLLM_TARGET_AVX2_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c\"))), apply_to = function)")
+#define HLLM_TARGET_AVX512_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq\"))), apply_to = function)")
+#define HLLM_TARGET_AVX512_VNNI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni\"))), apply_to = function)")
 #define HLLM_TARGET_END _Pragma("clang attribute pop")
+// clang-format on
 #elif defined(__GNUC__)
 #define HLLM_TARGET_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
 #define HLLM_TARGET_AVX512_BEGIN \
