@@ -777,6 +777,14 @@ TEST(GgufModelLoad, MissingTensorsKeysAndWrongArchitecture) {
     expect_error([&] { load(w); }, ErrorKind::format, "blk.2.attn_norm.weight", std::nullopt);
   }
   {
+    // Found by fuzz_gguf: a block_count of millions made the loader build millions of
+    // tensor names and layer slots before looking for any tensor (out of memory). Tensors are
+    // now looked up one at a time, so this fails at the first missing one without allocating.
+    gguf::Writer w = hllm::gguf_model_writer(config, weights);
+    w.set("llama.block_count", std::uint32_t{16'000'000});
+    expect_error([&] { load(w); }, ErrorKind::format, "blk.2.attn_norm.weight", std::nullopt);
+  }
+  {
     gguf::Writer w = hllm::gguf_model_writer(config, weights);
     w.set("llama.feed_forward_length", std::uint32_t{128});  // shapes disagree
     expect_error([&] { load(w); }, ErrorKind::format, "blk.0.ffn_gate.weight", std::nullopt);

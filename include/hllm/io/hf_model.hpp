@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -208,20 +209,27 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
 
 namespace detail {
 
-// The HF name of each model tensor, in llama_tensor_specs() order.
-inline std::vector<std::string> hf_tensor_names(const ModelConfig& c) {
-  std::vector<std::string> names{"model.embed_tokens.weight"};
-  for (std::int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    for (const char* suffix :
-         {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-          "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"})
-      names.push_back(p + suffix);
-  }
-  names.push_back("model.norm.weight");
-  if (!c.tied_embeddings) names.push_back("lm_head.weight");
-  return names;
+// The Hugging Face name of a model tensor (a GGUF-named TensorSpec), derived per tensor so that
+// nothing is built per layer before the tensors are looked up.
+inline std::string hf_tensor_name(const TensorSpec& spec) {
+  if (spec.name == "token_embd.weight") return "model.embed_tokens.weight";
+  if (spec.name == "output_norm.weight") return "model.norm.weight";
+  if (spec.name == "output.weight") return "lm_head.weight";
+  static const std::pair<std::string_view, std::string_view> kLayerNames[] = {
+      {"attn_norm", "input_layernorm"},    {"attn_q", "self_attn.q_proj"},
+      {"attn_k", "self_attn.k_proj"},      {"attn_v", "self_attn.v_proj"},
+      {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
+      {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"}};
+  // blk.<layer>.<name>.weight
+  const std::size_t layer_end = spec.name.find('.', 4);
+  const std::string_view layer = std::string_view(spec.name).substr(4, layer_end - 4);
+  const std::string_view name =
+      std::string_view(spec.name).substr(layer_end + 1, spec.name.rfind('.') - layer_end - 1);
+  for (const auto& [ours, theirs] : kLayerNames)
+    if (name == ours)
+      return "model.layers." + std::string(layer) + "." + std::string(theirs) + ".weight";
+  throw Error(ErrorKind::internal, "no Hugging Face name for tensor " + spec.name);
 }
 
 // Owned copies (converted norms, realigned tensors) and the checkpoint they came from.
@@ -287,10 +295,8 @@ inline HfModel load_hf_model(const ModelConfig& config,
   storage->checkpoint = checkpoint;
   // (Views into owned buffers survive the vector growing: a moved AlignedBuffer keeps its
   // allocation.)
-  const auto names = detail::hf_tensor_names(config);
-  std::size_t i = 0;
   m.weights = assemble_weights(config, [&](const TensorSpec& spec) {
-    return detail::hf_weight(*checkpoint, names.at(i++), spec, *storage);
+    return detail::hf_weight(*checkpoint, detail::hf_tensor_name(spec), spec, *storage);
   });
   validate_weights(m.config, m.weights);
   m.weights.storage = storage;

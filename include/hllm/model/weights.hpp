@@ -49,25 +49,44 @@ struct TensorSpec {
   bool is_norm;  // norm weights are always stored as f32
 };
 
-inline std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c) {
+// How many tensors a model of this config has: embedding, 9 per layer, final norm, output.
+inline std::size_t llama_tensor_count(const ModelConfig& c) {
+  return 1 + 9 * static_cast<std::size_t>(c.n_layers) + 1 + (c.tied_embeddings ? 0 : 1);
+}
+
+// The index-th tensor of llama_tensor_specs(), computed on its own: loaders look tensors up one
+// at a time, so a corrupt layer count of millions fails at the first missing tensor instead of
+// first building millions of names (found by fuzz_gguf: 2 GB for a block_count of 16 million).
+inline TensorSpec llama_tensor_spec(const ModelConfig& c, std::size_t index) {
   const auto dim = static_cast<std::size_t>(c.dim), q = static_cast<std::size_t>(c.q_dim()),
              kv = static_cast<std::size_t>(c.kv_dim()), ffn = static_cast<std::size_t>(c.ffn_dim),
              vocab = static_cast<std::size_t>(c.vocab_size);
-  std::vector<TensorSpec> specs{{"token_embd.weight", vocab, dim, false}};
-  for (std::int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    specs.push_back({p + "attn_norm.weight", 1, dim, true});
-    specs.push_back({p + "attn_q.weight", q, dim, false});
-    specs.push_back({p + "attn_k.weight", kv, dim, false});
-    specs.push_back({p + "attn_v.weight", kv, dim, false});
-    specs.push_back({p + "attn_output.weight", dim, q, false});
-    specs.push_back({p + "ffn_norm.weight", 1, dim, true});
-    specs.push_back({p + "ffn_gate.weight", ffn, dim, false});
-    specs.push_back({p + "ffn_up.weight", ffn, dim, false});
-    specs.push_back({p + "ffn_down.weight", dim, ffn, false});
+  const std::size_t layer_tensors = 9 * static_cast<std::size_t>(c.n_layers);
+  if (index == 0) return {"token_embd.weight", vocab, dim, false};
+  if (index == layer_tensors + 1) return {"output_norm.weight", 1, dim, true};
+  if (index == layer_tensors + 2 && !c.tied_embeddings) return {"output.weight", vocab, dim, false};
+  if (index > layer_tensors)
+    throw Error(ErrorKind::internal, "tensor index " + std::to_string(index) + " past the model");
+  const std::size_t layer = (index - 1) / 9;
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  switch ((index - 1) % 9) {
+    case 0: return {p + "attn_norm.weight", 1, dim, true};
+    case 1: return {p + "attn_q.weight", q, dim, false};
+    case 2: return {p + "attn_k.weight", kv, dim, false};
+    case 3: return {p + "attn_v.weight", kv, dim, false};
+    case 4: return {p + "attn_output.weight", dim, q, false};
+    case 5: return {p + "ffn_norm.weight", 1, dim, true};
+    case 6: return {p + "ffn_gate.weight", ffn, dim, false};
+    case 7: return {p + "ffn_up.weight", ffn, dim, false};
+    default: return {p + "ffn_down.weight", dim, ffn, false};
   }
-  specs.push_back({"output_norm.weight", 1, dim, true});
-  if (!c.tied_embeddings) specs.push_back({"output.weight", vocab, dim, false});
+}
+
+// Every tensor a Llama model has, with GGUF names and shapes [rows][cols], in file order. (For
+// models whose weights exist; loaders use llama_tensor_spec one at a time.)
+inline std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c) {
+  std::vector<TensorSpec> specs;
+  for (std::size_t i = 0; i < llama_tensor_count(c); ++i) specs.push_back(llama_tensor_spec(c, i));
   return specs;
 }
 
@@ -75,12 +94,12 @@ inline std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c) {
 inline ModelWeights assemble_weights(const ModelConfig& c,
                                      const std::function<WeightTensor(const TensorSpec&)>& lookup) {
   ModelWeights w;
-  auto next = [&, specs = llama_tensor_specs(c), i = std::size_t{0}]() mutable {
-    return lookup(specs.at(i++));
-  };
+  auto next = [&, i = std::size_t{0}]() mutable { return lookup(llama_tensor_spec(c, i++)); };
   w.token_embedding = next();
-  w.layers.resize(static_cast<std::size_t>(c.n_layers));
-  for (auto& layer : w.layers) {
+  // Layers are appended as their tensors are found (not sized up front), so a corrupt layer
+  // count costs nothing before the first missing tensor stops it.
+  for (std::int64_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights& layer = w.layers.emplace_back();
     layer.attn_norm = next();
     layer.wq = next();
     layer.wk = next();
