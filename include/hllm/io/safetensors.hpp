@@ -89,6 +89,10 @@ inline nlohmann::json parse_json_strict(std::string_view text, const std::string
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(ErrorKind::format, std::string("invalid JSON: ") + e.what(), path, field,
                 base + (e.byte > 0 ? e.byte - 1 : 0));
+  } catch (const nlohmann::json::exception& e) {
+    // Not only syntax: a number too large for a double ("7e777777") is out_of_range (found by
+    // fuzz_safetensors; it escaped as a non-hllm exception).
+    throw Error(ErrorKind::format, std::string("invalid JSON: ") + e.what(), path, field, base);
   }
 }
 
