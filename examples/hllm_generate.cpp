@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     std::printf("\n\n");
+    std::fflush(stdout);  // the statistics go to stderr; keep them after the text
     std::fprintf(stderr, "load time: %.3f s\n", load_seconds);
     std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s\n", prompt.size(),
                  prompt_seconds > 0 ? double(prompt.size()) / prompt_seconds : 0.0);
