@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "hllm/hllm.hpp"
@@ -57,21 +58,83 @@ void BM_Matmul(benchmark::State& state) {
   state.SetLabel(isa == hllm::Isa::scalar ? "reference" : hllm::to_string(isa));
   const double iterations = static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(rows * cols * sizeof(T))));
-  state.counters["FLOP/s"] = benchmark::Counter(iterations * 2.0 * double(rows * cols * n),
-                                                benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
 }
 // Real shapes: q/o projection, gate/up, down, the output head; batch 1 (decode) and 64.
 void matmul_shapes(benchmark::internal::Benchmark* b) {
   for (int isa : {0, 1, 2}) {
     for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}})
       b->Args({isa, rows, cols, 1});
-    if (isa != 0) b->Args({isa, 2048, 2048, 64})->Args({isa, 5632, 2048, 64});
+    if (isa != 0)
+      for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}})
+        b->Args({isa, rows, cols, 512});
   }
   b->ArgNames({"isa", "rows", "cols", "n"})->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_Matmul<float>)->Apply(matmul_shapes);
 BENCHMARK(BM_Matmul<hllm::f16>)->Apply(matmul_shapes);
 BENCHMARK(BM_Matmul<hllm::bf16>)->Apply(matmul_shapes);
+
+// The same for quantized weights through the integer kernels (8-bit activations, quantized
+// once outside the timed loop; BM_QuantizeActivations times that step). Args: isa (1 avx2,
+// 2 avx512 with VNNI where the CPU has it), rows, cols, n_tokens. Counters as BM_Matmul:
+// weight bytes per second (the file's bytes, scales included) and FLOP/s.
+template <hllm::DType kType>
+void BM_QuantMatmul(benchmark::State& state) {
+  const auto isa = static_cast<hllm::Isa>(state.range(0));
+  const auto rows = static_cast<std::size_t>(state.range(1));
+  const auto cols = static_cast<std::size_t>(state.range(2));
+  const auto n = static_cast<std::size_t>(state.range(3));
+  if (!hllm::cpu_supports(isa)) {
+    state.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  const auto& table = hllm::kernels::table_for(isa);
+  const auto w = hllm::quant::quantize(kType, random_floats(rows * cols, 1));
+  const auto x = random_floats(n * cols, 2);
+  std::vector<hllm::BlockQ8Act> xq(n * cols / 32);
+  for (std::size_t t = 0; t < n; ++t)
+    table.quantize_activations(x.data() + t * cols, cols, xq.data() + t * cols / 32);
+  std::vector<float> y(n * rows);
+  const auto fn = table.quant_matmul_for(kType);
+  for (auto _ : state) {
+    fn(w.data(), rows, cols, xq.data(), n, y.data(), 0, rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(hllm::to_string(isa)) +
+                 (isa == hllm::Isa::avx512 && hllm::cpu_features().avx512_vnni ? "+vnni" : ""));
+  const double iterations = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(w.size())));
+  state.counters["FLOP/s"] =
+      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
+}
+void quant_matmul_shapes(benchmark::internal::Benchmark* b) {
+  for (int isa : {1, 2}) {
+    for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}})
+      b->Args({isa, rows, cols, 1});
+    for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}})
+      b->Args({isa, rows, cols, 512});
+  }
+  b->ArgNames({"isa", "rows", "cols", "n"})->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0>)->Apply(quant_matmul_shapes);
+
+// 8-bit activation quantization of one 2048-wide token (the per-matmul step before the
+// integer kernels); reports the float bytes read per second.
+void BM_QuantizeActivations(benchmark::State& state) {
+  const std::size_t cols = 2048;
+  const auto x = random_floats(cols, 1);
+  std::vector<hllm::BlockQ8Act> xq(cols / 32);
+  const auto& table = hllm::kernels::active();
+  for (auto _ : state) {
+    table.quantize_activations(x.data(), cols, xq.data());
+    benchmark::DoNotOptimize(xq.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * cols * sizeof(float)));
+}
+BENCHMARK(BM_QuantizeActivations);
 
 // RMSNorm of one 2048-wide token: reads x and weight, writes out.
 void BM_RMSNorm(benchmark::State& state) {

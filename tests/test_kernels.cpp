@@ -91,6 +91,22 @@ TEST_P(KernelIsa, MatmulMatchesReferenceOnRandomShapes) {
     check_matmul<float>(GetParam(), 5, cols, 5, 99);
 }
 
+// Prefill-sized batches take the packed-panel GEMM on AVX-512 (16-row panels, 256-column
+// chunks, 256-token chunks, 16-token tiles): shapes across each boundary, ragged everywhere.
+TEST_P(KernelIsa, PrefillGemmMatchesReferenceAcrossPanelAndChunkBoundaries) {
+  for (auto [rows, cols, n] : {std::tuple{16u, 1u, 8u},
+                               {37u, 17u, 31u},
+                               {48u, 257u, 17u},
+                               {21u, 600u, 300u},
+                               {64u, 256u, 271u},
+                               {17u, 33u, 9u}}) {
+    const auto seed = static_cast<std::uint32_t>(rows + cols + n);
+    check_matmul<float>(GetParam(), rows, cols, n, seed);
+    check_matmul<hllm::f16>(GetParam(), rows, cols, n, seed);
+    check_matmul<hllm::bf16>(GetParam(), rows, cols, n, seed);
+  }
+}
+
 TEST_P(KernelIsa, RmsNormMatchesReference) {
   const auto& table = hllm::kernels::table_for(GetParam());
   for (std::size_t n : {1u, 5u, 16u, 17u, 63u, 256u, 2049u}) {
@@ -197,6 +213,22 @@ TEST_P(KernelIsa, QuantizedMatmulMatchesTwinAndExactWithinDerivedBounds) {
   for (int trial = 0; trial < 30; ++trial) {
     const std::size_t rows = rows_dist(rng), cols = 32 * blocks_dist(rng), n = tokens_dist(rng);
     const auto seed = static_cast<std::uint32_t>(trial * 13 + 1);
+    check_quant_matmul<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0, rows, cols, n, seed);
+    check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0, rows, cols, n, seed);
+  }
+}
+
+// Prefill-sized batches take the packed-panel GEMM on VNNI CPUs (16-row panels, 32-block
+// K-chunks, 256-token chunks): shapes that cross each of those boundaries, with row counts that
+// leave a ragged remainder for the tile kernel, and token counts that exercise every tail size.
+TEST_P(KernelIsa, QuantizedPrefillGemmMatchesTwinAcrossPanelAndChunkBoundaries) {
+  for (auto [rows, blocks, n] : {std::tuple{16u, 1u, 8u},
+                                 {37u, 33u, 31u},
+                                 {48u, 70u, 17u},
+                                 {21u, 64u, 300u},
+                                 {64u, 5u, 271u}}) {
+    const std::size_t cols = 32 * blocks;
+    const auto seed = static_cast<std::uint32_t>(rows * 7 + blocks + n);
     check_quant_matmul<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0, rows, cols, n, seed);
     check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0, rows, cols, n, seed);
   }

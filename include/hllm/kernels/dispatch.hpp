@@ -13,6 +13,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "hllm/core/aligned_buffer.hpp"
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
@@ -163,7 +164,10 @@ HLLM_TARGET_END
 #define HLLM_QUANT_VNNI 1
 HLLM_TARGET_AVX512_VNNI_BEGIN
 namespace hllm::kernels::avx512_vnni {
+// clang-format off
+#include "hllm/kernels/gemm_vnni-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
+// clang-format on
 }  // namespace hllm::kernels::avx512_vnni
 HLLM_TARGET_END
 #undef HLLM_QUANT_VNNI

@@ -42,12 +42,123 @@ inline void matmul_tile(const W* w, std::size_t cols, const float* x, float* y,
           V::sum(acc[i][j]);
 }
 
+#if HLLM_ISA_LEVEL == 2
+// Prefill on AVX-512: packed 16-row panels, the float twin of gemm_vnni-inl.hpp. A panel holds
+// kFloatPanelCols columns of 16 weight rows transposed and widened to float32 (panel[c] lane r
+// = w[r][c]), so one FMA with an embedded broadcast of x[t][c] does 16 outputs' multiply-adds
+// and 16 tokens keep 16 accumulators busy; the panel (16 KiB) is reused by every token of a
+// chunk, so packing (one scatter per 16 weights) is amortised over up to 256 tokens.
+inline constexpr std::size_t kFloatPanelRows = 16, kFloatPanelCols = 256;
+inline constexpr std::size_t kFloatTokenChunk = 256, kFloatPackedMinTokens = 8;
+
+// In-register transpose of a 16×16 float matrix (r[i] = row i → r[c] = column c): unpack pairs,
+// then 4×4 blocks within 128-bit lanes, then the lanes themselves; 64 shuffles, no memory.
+inline void transpose16x16(__m512 r[16]) {
+  __m512 t[16];
+  _Pragma("GCC unroll 8") for (std::size_t i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // Now r[4i + k], 128-bit lane L, holds rows 4i..4i+3 of column 4L + k.
+  _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) {
+    t[4 * k + 0] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
+    t[4 * k + 1] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
+    t[4 * k + 2] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
+    t[4 * k + 3] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
+  }
+  _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) {
+    r[k] = _mm512_shuffle_f32x4(t[4 * k + 0], t[4 * k + 2], 0x88);
+    r[8 + k] = _mm512_shuffle_f32x4(t[4 * k + 0], t[4 * k + 2], 0xdd);
+    r[4 + k] = _mm512_shuffle_f32x4(t[4 * k + 1], t[4 * k + 3], 0x88);
+    r[12 + k] = _mm512_shuffle_f32x4(t[4 * k + 1], t[4 * k + 3], 0xdd);
+  }
+}
+
+// out[c][i] = float(src[i·stride + c]) for c < n, i < 16; rows i >= valid_rows read as zeros.
+// The layout of both panels: the 16 values of one column side by side. (Token rows read in
+// place would be a power of two apart and share one L1 set; transposed, a tile's broadcasts
+// for one column come from one cache line.)
+template <class T>
+inline void pack_columns(const T* src, std::size_t stride, std::size_t valid_rows, std::size_t n,
+                         float* out) {
+  __m512 r[16];
+  for (std::size_t c = 0; c < n; c += 16) {
+    const std::size_t width = std::min<std::size_t>(16, n - c);
+    _Pragma("GCC unroll 16") for (std::size_t i = 0; i < 16; ++i) r[i] =
+        i >= valid_rows ? _mm512_setzero_ps()
+        : width == 16   ? VecF32::load(src + i * stride + c)
+                        : VecF32::load(src + i * stride + c, width);
+    transpose16x16(r);
+    for (std::size_t k = 0; k < width; ++k) _mm512_store_ps(out + (c + k) * 16, r[k]);
+  }
+}
+
+// y[j][0..16) (+)= panel · x[j][0..n) for the `count` <= 16 tokens of one xpanel group.
+// accumulate: add to y (a later column chunk continues the sum in the same order).
+inline void float_panel_tile(const float* panel, const float* xgroup, std::size_t n,
+                             std::size_t count, float* y, std::size_t y_stride, bool accumulate) {
+  __m512 acc[16];
+  _Pragma("GCC unroll 16") for (std::size_t j = 0; j < 16; ++j) acc[j] =
+      accumulate && j < count ? _mm512_loadu_ps(y + j * y_stride) : _mm512_setzero_ps();
+  for (std::size_t c = 0; c < n; ++c) {
+    const __m512 wv = _mm512_load_ps(panel + c * kFloatPanelRows);
+    _Pragma("GCC unroll 16") for (std::size_t j = 0; j < 16; ++j) acc[j] =
+        _mm512_fmadd_ps(wv, _mm512_set1_ps(xgroup[c * 16 + j]), acc[j]);
+  }
+  _Pragma("GCC unroll 16") for (std::size_t j = 0; j < 16; ++j) if (j < count)
+      _mm512_storeu_ps(y + j * y_stride, acc[j]);
+}
+
+// Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows]. The token panel lives in a
+// per-thread buffer, allocated on a thread's first prefill and reused after that.
+template <class W>
+inline void gemm_float_packed(const W* w, std::size_t rows, std::size_t cols, const float* x,
+                              std::size_t n_tokens, float* y, std::size_t row_begin,
+                              std::size_t groups) {
+  alignas(64) float panel[kFloatPanelCols * kFloatPanelRows];
+  thread_local AlignedBuffer<float> xpanel;
+  if (xpanel.size() < kFloatTokenChunk * kFloatPanelCols)
+    xpanel = AlignedBuffer<float>(kFloatTokenChunk * kFloatPanelCols);
+  for (std::size_t t0 = 0; t0 < n_tokens; t0 += kFloatTokenChunk) {
+    const std::size_t chunk = std::min(kFloatTokenChunk, n_tokens - t0);
+    for (std::size_t c0 = 0; c0 < cols; c0 += kFloatPanelCols) {
+      const std::size_t n = std::min(kFloatPanelCols, cols - c0);
+      for (std::size_t t = 0; t < chunk; t += 16)
+        pack_columns(x + (t0 + t) * cols + c0, cols, std::min<std::size_t>(16, chunk - t), n,
+                     xpanel.data() + t * n);
+      for (std::size_t g = 0; g < groups; ++g) {
+        const std::size_t r = row_begin + g * kFloatPanelRows;
+        pack_columns(w + r * cols + c0, cols, kFloatPanelRows, n, panel);
+        for (std::size_t t = 0; t < chunk; t += 16)
+          float_panel_tile(panel, xpanel.data() + t * n, n, std::min<std::size_t>(16, chunk - t),
+                           y + (t0 + t) * rows + r, rows, c0 > 0);
+      }
+    }
+  }
+}
+#endif
+
 // w: [rows][cols], x: [n_tokens][cols], y: [n_tokens][rows]; computes rows [row_begin, row_end).
 template <class W>
 inline void matmul_float(const W* w, std::size_t rows, std::size_t cols, const float* x,
                          std::size_t n_tokens, float* y, std::size_t row_begin,
                          std::size_t row_end) {
   constexpr std::size_t kRows = 4, kTokens = 4;
+#if HLLM_ISA_LEVEL == 2
+  // Batches (prefill) take the packed panels, whole 16-row groups; leftover rows the tiles.
+  if (n_tokens >= kFloatPackedMinTokens) {
+    const std::size_t groups = (row_end - row_begin) / kFloatPanelRows;
+    gemm_float_packed(w, rows, cols, x, n_tokens, y, row_begin, groups);
+    row_begin += groups * kFloatPanelRows;
+    if (row_begin == row_end) return;
+  }
+#endif
   std::size_t t = 0;
   for (; t + kTokens <= n_tokens; t += kTokens) {
     std::size_t r = row_begin;

@@ -1,0 +1,152 @@
+// Prefill GEMM for Q8_0 and Q4_0 weights on AVX-512 VNNI: 8-bit activations times packed 16-row
+// weight panels with vpdpbusd. Included by dispatch.hpp in the VNNI namespace only, before
+// matmul_quant-inl.hpp, which calls it for batches of kPackedMinTokens tokens or more. No
+// include guard, by design.
+//
+// Why a packed panel: vpdpbusd multiplies 64 unsigned bytes of its first operand by 64 signed
+// bytes of its second and sums each group of four into one of 16 int32 lanes. If the first
+// operand holds four consecutive weights of each of 16 rows and the second is one activation
+// group of four broadcast to every lane (an embedded m32 broadcast, no shuffle), one
+// instruction does 64 multiply-adds for 16 outputs and no horizontal sum is ever needed. The
+// file layout (one row's block after another) does not give that operand, so each 16-row group
+// is packed into a small panel (kPanelBlocks blocks, 18 KiB, L1/L2-resident) and reused by every
+// token of the chunk; packing costs one gather per 64 bytes and is amortised over up to
+// kTokenChunk tokens. Weights stay mapped in place; the panel is on the stack.
+//
+// vpdpbusd wants unsigned weights: Q4_0 nibbles already are (value = d·(u − 8)); Q8_0 bytes are
+// flipped to u = q + 128 while packing. The offset comes back out exactly through the
+// activation block's sum: Σ (u − o)·x = Σ u·x − o·Σx, and the int32 accumulator simply starts
+// at −o·Σx. Each block's integer dot is exact (|u·x| ≤ 255·127, 32 terms), then scaled by
+// d_w·d_x and accumulated in float, block by block in order, as the scalar twin does.
+
+#if HLLM_QUANT_VNNI
+
+inline constexpr std::size_t kPanelRows = 16;    // one zmm lane per row
+inline constexpr std::size_t kPanelBlocks = 32;  // K-chunk: 1024 weights per row per panel
+inline constexpr std::size_t kTokenChunk = 256;  // activations of one chunk stay in L2
+inline constexpr std::size_t kPackedMinTokens = 8;
+
+// One 32-weight block of 16 rows: values[k] lane r = row r's weights 4k..4k+3 (unsigned).
+struct alignas(64) PanelBlock {
+  __m512i values[8];
+  __m512 scales;  // [16] row r's d
+};
+
+template <class Block>
+inline constexpr std::int32_t kWeightOffset = std::is_same_v<Block, BlockQ4_0> ? 8 : 128;
+
+// Packs blocks [b0, b0 + n) of rows [0, 16) of w (row stride: `blocks` blocks).
+template <class Block>
+inline void pack_panel(const Block* w, std::size_t blocks, std::size_t b0, std::size_t n,
+                       PanelBlock* out) {
+  // Byte offsets of the 16 rows' copies of one field (rows are blocks·sizeof(Block) apart).
+  const __m512i row_offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(blocks * sizeof(Block))));
+  for (std::size_t b = 0; b < n; ++b) {
+    const Block* first = w + b0 + b;
+    PanelBlock& p = out[b];
+    // d is an f16 at the block's start: gather 4 bytes, keep the low 2 (x86 is little-endian).
+    const __m512i d = _mm512_i32gather_epi32(row_offsets, &first->d, 1);
+    p.scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+    if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+      // Byte i of a row holds weight i (low nibble) and weight i + 16 (high nibble).
+      const __m512i mask = _mm512_set1_epi8(0x0f);
+      _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) {
+        const __m512i q = _mm512_i32gather_epi32(row_offsets, first->qs + 4 * k, 1);
+        p.values[k] = _mm512_and_si512(q, mask);
+        p.values[k + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
+      }
+    } else {
+      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));  // q + 128 as a u8
+      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] =
+          _mm512_xor_si512(_mm512_i32gather_epi32(row_offsets, first->qs + 4 * k, 1), flip);
+    }
+  }
+}
+
+// y[j][0..16) (+)= panel · x[j] for kTokens tokens over the panel's n blocks. x: token j's
+// blocks at x + j·x_stride; y: token j's 16 outputs at y + j·y_stride. accumulate: add to y
+// (a later K-chunk continues the sum the earlier one stored, in the same order).
+template <std::size_t kTokens, std::int32_t kOffset>
+inline void panel_tile(const PanelBlock* panel, std::size_t n, const BlockQ8Act* x,
+                       std::size_t x_stride, float* y, std::size_t y_stride, bool accumulate) {
+  __m512 acc[kTokens];
+  _Pragma("GCC unroll 16") for (std::size_t j = 0; j < kTokens; ++j) acc[j] =
+      accumulate ? _mm512_loadu_ps(y + j * y_stride) : _mm512_setzero_ps();
+  for (std::size_t b = 0; b < n; ++b) {
+    const PanelBlock& p = panel[b];
+    // Four tokens' dot chains interleaved: vpdpbusd has a latency of several cycles, and four
+    // independent chains in the instruction stream keep it issuing every cycle.
+    constexpr std::size_t kChains = kTokens < 4 ? kTokens : 4;
+    _Pragma("GCC unroll 16") for (std::size_t j0 = 0; j0 < kTokens; j0 += kChains) {
+      __m512i dot[kChains];
+      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) dot[c] =
+          _mm512_set1_epi32(-kOffset * x[(j0 + c) * x_stride + b].sum);
+      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
+          std::int32_t group;
+          std::memcpy(&group, x[(j0 + c) * x_stride + b].qs + 4 * k, 4);
+          dot[c] = _mm512_dpbusd_epi32(dot[c], p.values[k], _mm512_set1_epi32(group));
+        }
+      }
+      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
+        const __m512 scale = _mm512_mul_ps(p.scales, _mm512_set1_ps(x[(j0 + c) * x_stride + b].d));
+        acc[j0 + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[c]), scale, acc[j0 + c]);
+      }
+    }
+  }
+  _Pragma("GCC unroll 16") for (std::size_t j = 0; j < kTokens; ++j)
+      _mm512_storeu_ps(y + j * y_stride, acc[j]);
+}
+
+// Tokens [0, n_tokens) of one panel, 16 at a time, the tail in 8/4/2/1 pieces.
+template <std::int32_t kOffset>
+inline void panel_tokens(const PanelBlock* panel, std::size_t n, const BlockQ8Act* x,
+                         std::size_t x_stride, std::size_t n_tokens, float* y, std::size_t y_stride,
+                         bool accumulate) {
+  std::size_t t = 0;
+  for (; t + 16 <= n_tokens; t += 16)
+    panel_tile<16, kOffset>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                            accumulate);
+  if (n_tokens - t >= 8) {
+    panel_tile<8, kOffset>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                           accumulate);
+    t += 8;
+  }
+  if (n_tokens - t >= 4) {
+    panel_tile<4, kOffset>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                           accumulate);
+    t += 4;
+  }
+  if (n_tokens - t >= 2) {
+    panel_tile<2, kOffset>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                           accumulate);
+    t += 2;
+  }
+  if (t < n_tokens)
+    panel_tile<1, kOffset>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                           accumulate);
+}
+
+// Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] for w: [rows][blocks] blocks
+// and x: [n_tokens][blocks] activation blocks.
+template <class Block>
+inline void gemm_packed(const Block* w, std::size_t rows, std::size_t blocks, const BlockQ8Act* x,
+                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t groups) {
+  PanelBlock panel[kPanelBlocks];
+  for (std::size_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
+    const std::size_t chunk = std::min(kTokenChunk, n_tokens - t0);
+    for (std::size_t g = 0; g < groups; ++g) {
+      const std::size_t r = row_begin + g * kPanelRows;
+      for (std::size_t b0 = 0; b0 < blocks; b0 += kPanelBlocks) {
+        const std::size_t n = std::min(kPanelBlocks, blocks - b0);
+        pack_panel(w + r * blocks, blocks, b0, n, panel);
+        panel_tokens<kWeightOffset<Block>>(panel, n, x + t0 * blocks + b0, blocks, chunk,
+                                           y + t0 * rows + r, rows, b0 > 0);
+      }
+    }
+  }
+}
+
+#endif  // HLLM_QUANT_VNNI
