@@ -53,6 +53,23 @@ TEST(AlignedBuffer, RefusesOverflowingSize) {
                hllm::Error);
 }
 
+// A size that does not overflow but cannot be allocated (2^50 floats: 4 PiB, past any x86-64
+// address space) is Error(capacity), not std::bad_alloc.
+TEST(AlignedBuffer, FailedAllocationIsACapacityError) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator aborts on a 4 PiB request instead of failing it";
+#else
+  try {
+    hllm::AlignedBuffer<float> huge(std::size_t{1} << 50);
+    ADD_FAILURE() << "a 4 PiB allocation succeeded";
+  } catch (const hllm::Error& e) {
+    EXPECT_EQ(e.kind(), hllm::ErrorKind::capacity);
+    EXPECT_NE(e.message().find("cannot allocate 4503599627370496 bytes"), std::string::npos)
+        << e.what();
+  }
+#endif
+}
+
 // --- f16 -----------------------------------------------------------------------------------
 
 TEST(F16, ExactValuesRoundTrip) {

@@ -23,14 +23,21 @@ class AlignedBuffer {
 
  public:
   AlignedBuffer() = default;
-  // Zero-initialised, so a freshly made buffer never exposes stale memory.
+  // Zero-initialised, so a freshly made buffer never exposes stale memory. A failed allocation
+  // is an Error(capacity), like every other error of the library, not a std::bad_alloc.
   explicit AlignedBuffer(std::size_t count) : size_(count) {
     if (count == 0) return;
     if (count > std::numeric_limits<std::size_t>::max() / sizeof(T) - kBufferAlignment)
       throw Error(ErrorKind::capacity, "AlignedBuffer: " + std::to_string(count) +
                                            " elements overflow the address space");
     const std::size_t bytes = round_up(count * sizeof(T));
-    data_ = static_cast<T*>(::operator new (bytes, std::align_val_t{kBufferAlignment}));
+    try {
+      data_ = static_cast<T*>(::operator new (bytes, std::align_val_t{kBufferAlignment}));
+    } catch (const std::bad_alloc&) {
+      size_ = 0;
+      throw Error(ErrorKind::capacity,
+                  "AlignedBuffer: cannot allocate " + std::to_string(bytes) + " bytes");
+    }
     std::memset(static_cast<void*>(data_), 0, bytes);
   }
   AlignedBuffer(const AlignedBuffer& other) : AlignedBuffer(other.size_) {

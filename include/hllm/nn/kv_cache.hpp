@@ -4,6 +4,7 @@
 // position at or past the capacity is an hllm::Error, never a write out of bounds.
 
 #include <cstddef>
+#include <limits>
 #include <string>
 
 #include "hllm/core/aligned_buffer.hpp"
@@ -22,9 +23,22 @@ class KVCache {
                   "KV cache dimensions must be positive (layers " + std::to_string(n_layers) +
                       ", kv heads " + std::to_string(n_kv_heads) + ", head dim " +
                       std::to_string(head_dim) + ", capacity " + std::to_string(capacity) + ")");
-    const std::size_t per_layer = n_kv_heads * capacity * head_dim;
-    keys_ = AlignedBuffer<KV>(n_layers * per_layer);
-    values_ = AlignedBuffer<KV>(n_layers * per_layer);
+    // Overflow-checked: the product of four caller-chosen sizes must not wrap to a small buffer.
+    std::size_t elements = 1;
+    for (const std::size_t factor : {n_layers, n_kv_heads, capacity, head_dim}) {
+      if (factor > std::numeric_limits<std::size_t>::max() / 2 / sizeof(KV) / elements)
+        throw Error(ErrorKind::capacity, "KV cache of " + std::to_string(capacity) +
+                                             " tokens: its size overflows the address space");
+      elements *= factor;
+    }
+    try {
+      keys_ = AlignedBuffer<KV>(elements);
+      values_ = AlignedBuffer<KV>(elements);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::capacity,
+                  "KV cache of " + std::to_string(capacity) + " tokens needs " +
+                      std::to_string(2 * elements * sizeof(KV)) + " bytes: " + e.message());
+    }
   }
 
   std::size_t n_layers() const noexcept { return n_layers_; }
