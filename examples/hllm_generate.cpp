@@ -2,7 +2,7 @@
 //
 //   hllm-generate [-m FILE.gguf] [-p PROMPT] [-n N] [-t N] [-c N] [--temp T] [--top-k K]
 //                 [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--isa ISA]
-//                 [--synthetic PRESET]
+//                 [--synthetic PRESET] [--check-finite]
 //
 // Flags follow llama.cpp's spelling. Without -m it runs the bundled model (models/), if this
 // checkout has it; --synthetic runs random weights of a preset's shape (noise by design: for the
@@ -38,7 +38,8 @@ namespace {
 const char* kUsage =
     "usage: hllm-generate [-m FILE.gguf] [-p PROMPT] [-n N] [-t THREADS] [-c CONTEXT]\n"
     "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
-    "         [--isa scalar|avx2|avx512] [--synthetic tiny|tinyllama-1.1b|...]\n"
+    "         [--isa scalar|avx2|avx512] [--synthetic tiny|tinyllama-1.1b|...] [--check-finite]\n"
+    "  --check-finite: read every weight at load and refuse NaN or Inf\n"
     "  default model: " HLLM_DEFAULT_MODEL "\n";
 
 struct Options {
@@ -50,6 +51,7 @@ struct Options {
   std::size_t threads = 0;
   std::size_t context = 0;
   std::optional<hllm::Isa> isa;
+  bool check_finite = false;
   hllm::SamplerParams sampler{.seed = 42};
 };
 
@@ -74,6 +76,8 @@ Options parse(int argc, char** argv) {
       o.synthetic = args.value();
     else if (args.is("--isa"))
       o.isa = args.isa();
+    else if (args.is("--check-finite"))
+      o.check_finite = true;
     else
       args.unknown();
   }
@@ -115,7 +119,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<hllm::Tokenizer> tokenizer;
     std::string model_name;
     if (!options.model_path.empty()) {
-      hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
+      hllm::GgufModel loaded =
+          hllm::load_gguf_model(options.model_path, {.check_finite = options.check_finite});
       if (loaded.file->has("tokenizer.ggml.model"))
         tokenizer = std::make_unique<hllm::Tokenizer>(hllm::vocabulary_from_gguf(*loaded.file));
       config = loaded.config;

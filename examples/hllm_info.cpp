@@ -1,5 +1,7 @@
 // hllm-info FILE: what a GGUF file holds, like gguf-dump: version, alignment, every metadata
-// key with its type and value (long arrays abbreviated), and the tensor table.
+// key with its type and value (long arrays abbreviated), and the tensor table. With
+// --check-finite it also reads every tensor and reports each one holding a NaN or an infinity
+// (exit status 1 if any does).
 
 #include <cstdio>
 #include <exception>
@@ -7,15 +9,32 @@
 
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/core/weight_tensor.hpp"
 #include "hllm/io/gguf_reader.hpp"
+#include "hllm/model/finite_check.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
-    std::fprintf(stderr, "usage: hllm-info FILE.gguf\n");
-    return argc == 2 ? 0 : 1;
+  std::string path;
+  bool check_finite = false, usage_error = argc < 2;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::printf("usage: hllm-info [--check-finite] FILE.gguf\n");
+      return 0;
+    }
+    if (arg == "--check-finite")
+      check_finite = true;
+    else if (path.empty() && !arg.starts_with("-"))
+      path = arg;
+    else
+      usage_error = true;
+  }
+  if (usage_error || path.empty()) {
+    std::fprintf(stderr, "usage: hllm-info [--check-finite] FILE.gguf\n");
+    return 1;
   }
   try {
-    const hllm::gguf::File f = hllm::gguf::File::open(argv[1]);
+    const hllm::gguf::File f = hllm::gguf::File::open(path);
     std::printf("file:      %s\n", f.path().c_str());
     std::printf("version:   %u\n", f.version());
     std::printf("alignment: %zu\n", f.alignment());
@@ -43,7 +62,21 @@ int main(int argc, char** argv) {
       total += t.size_bytes;
     }
     std::printf("  total tensor bytes: %llu\n", total);
-    return 0;
+    if (!check_finite) return 0;
+    std::size_t bad = 0;
+    for (const auto& t : f.tensors()) {
+      std::size_t rows = 1;
+      for (std::size_t d = 1; d < t.dims.size(); ++d) rows *= static_cast<std::size_t>(t.dims[d]);
+      try {
+        hllm::check_finite({t.type, t.data, rows, static_cast<std::size_t>(t.dims[0]), t.name},
+                           f.path(), t.name, f.data_offset() + t.offset);
+      } catch (const hllm::Error& e) {
+        std::printf("  %s\n", e.what());
+        ++bad;
+      }
+    }
+    std::printf("\nfinite check: %zu of %zu tensors hold NaN or Inf\n", bad, f.tensors().size());
+    return bad == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-info: %s\n", e.what());
     return 1;

@@ -74,9 +74,11 @@ int main(int argc, char** argv) {
         const std::string v = value();
         char* end = nullptr;
         threads = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || threads < 1 || threads > 1024)
-          throw hllm::Error(hllm::ErrorKind::invalid_argument,
-                            "-t needs a thread count in [1, 1024], got '" + v + "'");
+        constexpr auto kMax = static_cast<long>(hllm::kMaxThreads);
+        if (v.empty() || *end != '\0' || threads < 1 || threads > kMax)
+          throw hllm::Error(
+              hllm::ErrorKind::invalid_argument,
+              "-t needs a thread count in [1, " + std::to_string(kMax) + "], got '" + v + "'");
       } else if (arg == "-h" || arg == "--help") {
         usage(stdout);
         return 0;

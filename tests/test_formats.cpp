@@ -540,6 +540,57 @@ TEST(Llama2cCorrupt, SizesAgainstTheFile) {
   expect_l2c_error(with_i32(v0, 4, 1 << 24), ErrorKind::format, "w1");
 }
 
+// NaN/Inf in a llama2.c checkpoint: accepted by default, found with LoadOptions::check_finite,
+// named as llama2.c names its arrays ("wq[1]": layer 1's slice of wq) with the byte offset.
+TEST(Llama2cCorrupt, CheckFiniteNamesTheArrayLayerAndOffset) {
+  auto v0 = read_bytes(kDir + "/llama2c-v0.bin");
+  // Legacy layout: 28-byte header, token_embedding_table [96][32], rms_att_weight [2][32], wq
+  // [2][32][32]: wq[1] starts 28 + 4 * (96*32 + 2*32 + 32*32) bytes in.
+  const std::uint64_t wq1 = 28 + 4 * (96 * 32 + 2 * 32 + 32 * 32);
+  const std::uint64_t at = wq1 + 4 * (32 + 5);  // row 1, column 5
+  const std::uint32_t nan_bits = 0x7fc00000u;
+  std::memcpy(v0.data() + at, &nan_bits, 4);
+  const auto load = [&](const hllm::LoadOptions& options) {
+    return hllm::llama2c::load_model(std::make_shared<const hllm::io::MappedFile>(
+                                         hllm::io::MappedFile::from_memory(v0, "nan.bin")),
+                                     options);
+  };
+  EXPECT_NO_THROW(load({}));
+  expect_error([&] { load({.check_finite = true}); }, ErrorKind::format, "wq[1]", "nan.bin", at,
+               "element 37 (row 1, column 5) of this F32 tensor is NaN");
+}
+
+// The same for safetensors: the shard file, the Hugging Face tensor name, the byte offset.
+TEST(HfModel, CheckFiniteNamesTheShardTensorAndOffset) {
+  TempDir tmp;
+  fs::copy_file(kDir + "/hf/config.json", tmp / "config.json");
+  auto bytes = read_bytes(kDir + "/hf/model.safetensors");
+  const std::string name = "model.layers.1.mlp.down_proj.weight";
+  std::uint64_t at = 0;
+  {
+    const st::File f = st::File::from_memory(bytes, "probe");
+    const st::TensorInfo* t = f.find_tensor(name);
+    ASSERT_NE(t, nullptr);
+    const std::uint64_t element_bytes = t->type == DType::f32 ? 4 : 2;
+    at = t->file_offset + 3 * element_bytes;  // element 3
+    const std::uint32_t inf_bits = t->type == DType::f32    ? 0xff800000u
+                                   : t->type == DType::bf16 ? 0xff80u
+                                                            : 0xfc00u;
+    std::memcpy(bytes.data() + at, &inf_bits, element_bytes);
+  }
+  {
+    std::ofstream out(tmp / "model.safetensors", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+  }
+  EXPECT_NO_THROW(hllm::load_hf_model(tmp.path.string()));
+  expect_error([&] { hllm::load_hf_model(tmp.path.string(), {.check_finite = true}); },
+               ErrorKind::format, name, tmp / "model.safetensors", at,
+               "element 3 (row 0, column 3)");
+  expect_error([&] { hllm::load_hf_model(tmp.path.string(), {.check_finite = true}); },
+               ErrorKind::format, name, tmp / "model.safetensors", at, "is -Inf");
+}
+
 // ---------------------------------------------------------------------------------------------
 // tokenizer.bin
 

@@ -3,6 +3,7 @@
 // of corrupt file fails with an error naming the field and the byte offset.
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <cstdio>
@@ -17,12 +18,14 @@
 #include <vector>
 
 #include "hllm/core/quant_blocks.hpp"
+#include "hllm/io/convert.hpp"
 #include "hllm/io/gguf_model.hpp"
 #include "hllm/io/gguf_reader.hpp"
 #include "hllm/io/gguf_writer.hpp"
 #include "hllm/io/mapped_file.hpp"
 #include "hllm/io/quantize.hpp"
 #include "hllm/kernels/reference.hpp"
+#include "hllm/model/finite_check.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/session.hpp"
 #include "test_util.hpp"
@@ -805,6 +808,301 @@ TEST(MappedFile, Errors) {
   fs::remove(empty);
   const std::string dir = fs::temp_directory_path().string();
   expect_error([&] { gguf::File::open(dir); }, ErrorKind::io, "", std::nullopt, dir);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The rest of the bad-input catalogue: vocabularies, required keys, huge claims, NaN/Inf, and
+// resource limits.
+
+namespace {
+
+// Here hllm::test::expect_error: (f, kind, field, file, offset, message fragment).
+
+// The tiny model as GGUF bytes; `edit` changes the writer before the bytes are made.
+std::vector<std::byte> tiny_model_bytes(DType type = DType::f32,
+                                        const std::function<void(gguf::Writer&)>& edit = {}) {
+  const hllm::ModelConfig config = tiny_config();
+  const hllm::ModelWeights f32 = hllm::random_weights(config, DType::f32, 5);
+  const hllm::ConvertedModel m = hllm::convert_model(config, f32, type);
+  gguf::Writer w = hllm::gguf_model_writer(m.config, m.weights);
+  if (edit) edit(w);
+  return w.to_bytes();
+}
+
+hllm::GgufModel load_bytes(const std::vector<std::byte>& bytes,
+                           const hllm::LoadOptions& options = {}) {
+  return hllm::load_gguf_model(
+      std::make_shared<const gguf::File>(gguf::File::from_memory(bytes, "bad.gguf")), options);
+}
+
+// Overwrites every occurrence of `from` with `to` (same length) in the bytes: renames a key.
+void replace_text(std::vector<std::byte>& bytes, std::string_view from, std::string_view to) {
+  ASSERT_EQ(from.size(), to.size());
+  const std::string_view all(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::size_t at = all.find(from);
+  ASSERT_NE(at, std::string_view::npos) << from;
+  std::memcpy(bytes.data() + at, to.data(), to.size());
+}
+
+std::uint64_t find_text(const std::vector<std::byte>& bytes, std::string_view text) {
+  const std::string_view all(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::size_t at = all.find(text);
+  EXPECT_NE(at, std::string_view::npos) << text;
+  return at;
+}
+
+TEST(GgufCorrupt, HugeTensorClaimIsRefusedAgainstTheFileSize) {
+  // t.b claims [2^20, 2^20] F32: 2^40 elements, 4 TiB, in a file of a few hundred bytes. The
+  // parser compares the claim with the bytes present before anything is allocated or read.
+  Sample s = make_sample();
+  const TensorFields b = fields_of(s, "t.b");
+  s.put_u64(b.dim0, std::uint64_t{1} << 20);
+  s.put_u64(b.dim1, std::uint64_t{1} << 20);
+  hllm::test::expect_error([&] { s.parse(); }, ErrorKind::format, "t.b", "bad.gguf", b.offset,
+                           "extends past the end of the file");
+  // More than 4 dimensions, and an unknown type, with their messages.
+  Sample five = make_sample();
+  five.put_u32(fields_of(five, "t.a").n_dims, 5);
+  hllm::test::expect_error([&] { five.parse(); }, ErrorKind::format, "t.a", "bad.gguf",
+                           fields_of(five, "t.a").n_dims, "n_dims 5 is not in [1, 4]");
+  Sample unknown = make_sample();
+  unknown.put_u32(fields_of(unknown, "t.b").type, 99);
+  hllm::test::expect_error([&] { unknown.parse(); }, ErrorKind::unsupported, "t.b", "bad.gguf",
+                           fields_of(unknown, "t.b").type, "tensor type id 99 is not supported");
+}
+
+TEST(GgufModelLoad, VocabularyThatDisagreesWithTheEmbedding) {
+  EXPECT_NO_THROW(load_bytes(tiny_model_bytes()));
+  // llama.vocab_size says 98; token_embd.weight has 97 rows.
+  hllm::test::expect_error(
+      [] {
+        load_bytes(tiny_model_bytes(
+            DType::f32, [](gguf::Writer& w) { w.set("llama.vocab_size", std::uint32_t{98}); }));
+      },
+      ErrorKind::format, "token_embd.weight", "bad.gguf", std::nullopt,
+      "disagrees with the metadata");
+  // A tokenizer with more tokens than the embedding has rows.
+  const auto tokens = [](std::size_t n) {
+    return [n](gguf::Writer& w) {
+      std::vector<std::string> t(n);
+      for (std::size_t i = 0; i < n; ++i) t[i] = std::to_string(i);
+      w.set("tokenizer.ggml.tokens", t);
+    };
+  };
+  hllm::test::expect_error([&] { load_bytes(tiny_model_bytes(DType::f32, tokens(98))); },
+                           ErrorKind::format, "tokenizer.ggml.tokens", "bad.gguf", std::nullopt,
+                           "the tokenizer has 98 tokens but the model's vocabulary");
+  EXPECT_NO_THROW(load_bytes(tiny_model_bytes(DType::f32, tokens(97))));
+  EXPECT_NO_THROW(load_bytes(tiny_model_bytes(DType::f32, tokens(90))));  // padded embedding
+  // An absurd vocabulary size is refused by the config check, before any tensor is looked at.
+  hllm::test::expect_error(
+      [] {
+        load_bytes(tiny_model_bytes(DType::f32, [](gguf::Writer& w) {
+          w.set("llama.vocab_size", std::uint32_t{1} << 31);
+        }));
+      },
+      ErrorKind::format, "vocab_size", "bad.gguf", std::nullopt,
+      "vocab_size = 2147483648 (must be in [1, 16777216])");
+  // A tokenizer claiming 2^31 entries in a small file fails at open, at the count's offset.
+  auto bytes = tiny_model_bytes(DType::f32, tokens(4));
+  const std::uint64_t count_at = find_text(bytes, "tokenizer.ggml.tokens") + 21 + 8;
+  for (int i = 0; i < 8; ++i)
+    bytes[count_at + i] = std::byte(((std::uint64_t{1} << 31) >> (8 * i)) & 0xff);
+  hllm::test::expect_error([&] { load_bytes(bytes); }, ErrorKind::format, "tokenizer.ggml.tokens",
+                           "bad.gguf", count_at, "array of 2147483648 string values cannot fit");
+}
+
+TEST(GgufModelLoad, MissingRequiredKeysAreNamed) {
+  for (const char* key : {"general.architecture", "llama.embedding_length", "llama.block_count",
+                          "llama.feed_forward_length", "llama.attention.head_count",
+                          "llama.context_length", "llama.attention.layer_norm_rms_epsilon"}) {
+    SCOPED_TRACE(key);
+    auto bytes = tiny_model_bytes();
+    std::string renamed(key);
+    renamed[0] = 'X';  // the key is then absent under its real name
+    replace_text(bytes, key, renamed);
+    hllm::test::expect_error([&] { load_bytes(bytes); }, ErrorKind::format, key, "bad.gguf",
+                             std::nullopt, "missing metadata key");
+  }
+}
+
+// NaN/Inf in weights: accepted by default (the check reads the whole file), found with the
+// element and its byte offset when LoadOptions::check_finite is on.
+TEST(GgufModelLoad, CheckFiniteFindsNonFiniteWeightsInEveryPlainType) {
+  struct Case {
+    DType type;
+    std::uint32_t bits;  // the poison, in the type's own width
+    const char* what;
+  };
+  for (const Case& c : {Case{DType::f32, 0x7fc00000u, "is NaN"}, Case{DType::f16, 0x7c00u, "+Inf"},
+                        Case{DType::bf16, 0xff80u, "-Inf"}}) {
+    SCOPED_TRACE(hllm::dtype_name(c.type));
+    auto bytes = tiny_model_bytes(c.type);
+    const std::size_t element_bytes = c.type == DType::f32 ? 4 : 2;
+    const gguf::File probe = gguf::File::from_memory(bytes, "bad.gguf");
+    const gguf::TensorInfo* t = probe.find_tensor("blk.1.attn_v.weight");
+    ASSERT_NE(t, nullptr);
+    const std::uint64_t element = 64 + 37;  // row 1, column 37 of [32][64]
+    const std::uint64_t at = probe.data_offset() + t->offset + element * element_bytes;
+    std::memcpy(bytes.data() + at, &c.bits, element_bytes);  // little-endian low bytes
+    EXPECT_NO_THROW(load_bytes(bytes));
+    hllm::test::expect_error([&] { load_bytes(bytes, {.check_finite = true}); }, ErrorKind::format,
+                             "blk.1.attn_v.weight", "bad.gguf", at,
+                             "element 101 (row 1, column 37)");
+    hllm::test::expect_error([&] { load_bytes(bytes, {.check_finite = true}); }, ErrorKind::format,
+                             "blk.1.attn_v.weight", "bad.gguf", at, c.what);
+  }
+  // A norm weight (always F32) is checked too.
+  auto bytes = tiny_model_bytes(DType::q8_0);
+  const gguf::File probe = gguf::File::from_memory(bytes, "bad.gguf");
+  const std::uint64_t at = probe.data_offset() + probe.find_tensor("output_norm.weight")->offset;
+  const float inf = INFINITY;
+  std::memcpy(bytes.data() + at, &inf, 4);
+  hllm::test::expect_error([&] { load_bytes(bytes, {.check_finite = true}); }, ErrorKind::format,
+                           "output_norm.weight", "bad.gguf", at,
+                           "element 0 (row 0, column 0) of this F32");
+}
+
+TEST(GgufModelLoad, CheckFiniteFindsABadQuantizedBlockScale) {
+  auto bytes = tiny_model_bytes(DType::q8_0);
+  const gguf::File probe = gguf::File::from_memory(bytes, "bad.gguf");
+  const gguf::TensorInfo* t = probe.find_tensor("blk.0.ffn_down.weight");  // [64][96]: 3 blocks
+  ASSERT_NE(t, nullptr);
+  // Block 4 (row 1, columns 32..63): its f16 scale becomes NaN, so all its values are NaN.
+  const std::uint64_t at = probe.data_offset() + t->offset + 4 * 34;
+  const std::uint16_t nan_bits = 0x7e00;
+  std::memcpy(bytes.data() + at, &nan_bits, 2);
+  EXPECT_NO_THROW(load_bytes(bytes));
+  hllm::test::expect_error([&] { load_bytes(bytes, {.check_finite = true}); }, ErrorKind::format,
+                           "blk.0.ffn_down.weight", "bad.gguf", at,
+                           "element 128 (row 1, column 32) of this Q8_0 tensor is NaN");
+  EXPECT_NO_THROW(load_bytes(tiny_model_bytes(DType::q4_0), {.check_finite = true}));
+}
+
+// Every block type, on hand-made blocks: a non-finite scale (or min) spoils its block.
+TEST(FiniteCheck, EveryQuantizedType) {
+  struct Layout {
+    DType type;
+    std::size_t block_bytes, block_elements;
+    std::size_t d_at;                   // the f16 scale
+    std::optional<std::size_t> min_at;  // the f16 min (Q4_1) or dmin (Q4_K)
+    std::size_t poison_at;
+    std::uint16_t poison;
+  };
+  const Layout layouts[] = {
+      {DType::q8_0, 34, 32, 0, {}, 0, 0x7e00},       // NaN scale
+      {DType::q4_0, 18, 32, 0, {}, 0, 0x7c00},       // +Inf scale
+      {DType::q4_1, 20, 32, 0, 2, 2, 0xfc00},        // -Inf min
+      {DType::q4_k, 144, 256, 0, 2, 2, 0x7e00},      // NaN dmin
+      {DType::q6_k, 210, 256, 208, {}, 208, 0x7c00}  // +Inf d, after ql, qh and the scales
+  };
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(hllm::dtype_name(l.type));
+    std::vector<std::byte> data(3 * l.block_bytes, std::byte{0x11});
+    for (std::size_t b = 0; b < 3; ++b) {  // finite scales 1.0 (and mins 0.5) everywhere ...
+      const std::uint16_t one = 0x3c00, half = 0x3800;
+      std::memcpy(data.data() + b * l.block_bytes + l.d_at, &one, 2);
+      if (l.min_at) std::memcpy(data.data() + b * l.block_bytes + *l.min_at, &half, 2);
+    }
+    const hllm::WeightTensor w{l.type, data.data(), 1, 3 * l.block_elements, "w"};
+    EXPECT_EQ(hllm::first_non_finite(w), std::nullopt);
+    EXPECT_NO_THROW(hllm::check_finite(w, "f.gguf", "w", 1000));
+    // ... then block 2's becomes non-finite: its first element is the first bad one.
+    std::memcpy(data.data() + 2 * l.block_bytes + l.poison_at, &l.poison, 2);
+    EXPECT_EQ(hllm::first_non_finite(w), 2 * l.block_elements);
+    hllm::test::expect_error([&] { hllm::check_finite(w, "f.gguf", "w", 1000); }, ErrorKind::format,
+                             "w", "f.gguf", 1000 + 2 * l.block_bytes,
+                             "element " + std::to_string(2 * l.block_elements) + " (row 0");
+  }
+}
+
+// Resource limits: hostile files and absurd requests fail with a typed error before any
+// allocation they would need. The proof runs in a child process whose address space is capped
+// 1 GiB above what it already uses, so an attempt to allocate what the file claims would fail
+// as std::bad_alloc (or worse) instead of passing unnoticed on a machine with memory to spare.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HLLM_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HLLM_TEST_SANITIZED 1
+#endif
+#endif
+
+std::uint64_t vm_size_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+  return 0;
+}
+
+// Runs each case; exits with 0 if every one threw the expected hllm::Error, else with the
+// number of the first that did not (100 + n for a foreign exception such as std::bad_alloc).
+[[noreturn]] void run_capped(
+    const std::vector<std::pair<std::function<void()>, ErrorKind>>& cases) {
+  const rlimit cap{vm_size_bytes() + (std::uint64_t{1} << 30), RLIM_INFINITY};
+  if (setrlimit(RLIMIT_AS, &cap) != 0) std::_Exit(99);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    try {
+      cases[i].first();
+      std::fprintf(stderr, "case %zu: no error\n", i);
+      std::_Exit(static_cast<int>(1 + i));
+    } catch (const Error& e) {
+      if (e.kind() != cases[i].second) {
+        std::fprintf(stderr, "case %zu: %s\n", i, e.what());
+        std::_Exit(static_cast<int>(1 + i));
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "case %zu: foreign exception: %s\n", i, e.what());
+      std::_Exit(static_cast<int>(100 + i));
+    }
+  }
+  std::_Exit(0);
+}
+
+TEST(ResourceLimits, HostileClaimsFailBeforeAllocatingUnderACappedAddressSpace) {
+#ifdef HLLM_TEST_SANITIZED
+  GTEST_SKIP() << "sanitizers reserve terabytes of shadow memory; RLIMIT_AS cannot be capped";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Sample huge_tensor = make_sample();
+  huge_tensor.put_u64(fields_of(huge_tensor, "t.b").dim0, std::uint64_t{1} << 20);
+  huge_tensor.put_u64(fields_of(huge_tensor, "t.b").dim1, std::uint64_t{1} << 20);
+  auto huge_vocab = tiny_model_bytes(DType::f32, [](gguf::Writer& w) {
+    w.set("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b"});
+  });
+  const std::uint64_t count_at = find_text(huge_vocab, "tokenizer.ggml.tokens") + 21 + 8;
+  huge_vocab[count_at + 3] = std::byte{0x80};  // 2^31 entries
+  const auto big_vocab_size = tiny_model_bytes(
+      DType::f32, [](gguf::Writer& w) { w.set("llama.vocab_size", std::uint32_t{1} << 31); });
+  const auto many_layers = tiny_model_bytes(
+      DType::f32, [](gguf::Writer& w) { w.set("llama.block_count", std::uint32_t{16'000'000}); });
+  // A valid file whose trained context is 2^24 tokens: a session of that context needs an
+  // 8 GiB KV cache, which does not fit under the cap: Error(capacity), not std::bad_alloc.
+  const auto long_context = tiny_model_bytes(
+      DType::f32, [](gguf::Writer& w) { w.set("llama.context_length", std::uint32_t{1} << 24); });
+  EXPECT_EXIT(run_capped({
+                  {[&] { huge_tensor.parse(); }, ErrorKind::format},
+                  {[&] { load_bytes(huge_vocab); }, ErrorKind::format},
+                  {[&] { load_bytes(big_vocab_size); }, ErrorKind::format},
+                  {[&] { load_bytes(many_layers); }, ErrorKind::format},
+                  {[&] {
+                     const hllm::GgufModel m = load_bytes(long_context);
+                     const hllm::Llama<> model(m.config, m.weights);
+                     hllm::Session<> session(model, {.threads = 1});
+                   },
+                   ErrorKind::capacity},
+                  {[&] {
+                     const hllm::GgufModel m = load_bytes(long_context);
+                     const hllm::Llama<> model(m.config, m.weights);
+                     hllm::Session<> session(model,
+                                             {.context = std::size_t{1} << 40, .threads = 1});
+                   },
+                   ErrorKind::invalid_argument},
+              }),
+              ::testing::ExitedWithCode(0), "");
+#endif
 }
 
 }  // namespace

@@ -366,6 +366,64 @@ TEST(BadInput, SequenceLongerThanTheCache) {
             hllm::ErrorKind::invalid_argument);
 }
 
+// Thread counts and context sizes: 0 means the default (the physical core count; the model's
+// trained context), anything outside [1, kMaxThreads] or above kMaxContext is refused before
+// any thread or buffer exists, and a KV cache that cannot exist is Error(capacity).
+TEST(BadInput, ThreadAndContextLimits) {
+  const hllm::ModelConfig c = tiny_config(4, 2, 0);
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 1));
+  const auto session_error = [&](hllm::SessionOptions options, hllm::ErrorKind kind,
+                                 const std::string& fragment) {
+    hllm::test::expect_error([&] { hllm::Session<>(model, options); }, kind, "", "", std::nullopt,
+                             fragment);
+  };
+  for (std::size_t threads : {hllm::kMaxThreads + 1, std::size_t{100000}, ~std::size_t{0}})
+    session_error({.threads = threads}, hllm::ErrorKind::invalid_argument,
+                  "thread count must be in [1, 512]");
+  for (std::size_t context : {hllm::kMaxContext + 1, std::size_t{1} << 40, ~std::size_t{0}})
+    session_error({.context = context}, hllm::ErrorKind::invalid_argument,
+                  "exceeds the maximum of 16777216");
+  for (std::size_t batch : {std::size_t{0}, std::size_t{65537}})
+    session_error({.max_batch = batch}, hllm::ErrorKind::invalid_argument,
+                  "max_batch must be in [1, 65536]");
+  hllm::test::expect_error([] { hllm::ThreadPool pool(0); }, hllm::ErrorKind::invalid_argument, "",
+                           "", std::nullopt, "thread count must be in [1, 512], got 0");
+  // 0 means the default.
+  const hllm::Session<> defaults(model);
+  EXPECT_EQ(defaults.threads(), hllm::default_thread_count());
+  EXPECT_EQ(defaults.context(), 128u);
+  // A context beyond the trained one is the caller's choice (as in llama.cpp); it is allowed.
+  EXPECT_EQ(hllm::Session<>(model, {.context = 1000, .threads = 1}).context(), 1000u);
+  // KV cache sizes: the product of the four sizes must not wrap around to a small buffer.
+  hllm::test::expect_error(
+      [] { hllm::KVCache<float>(std::size_t{1} << 20, std::size_t{1} << 20, 64, 1 << 24); },
+      hllm::ErrorKind::capacity, "", "", std::nullopt, "its size overflows the address space");
+  hllm::test::expect_error([] { hllm::KVCache<float>(2, 2, 16, 0); },
+                           hllm::ErrorKind::invalid_argument, "", "", std::nullopt,
+                           "KV cache dimensions must be positive");
+}
+
+// A prompt longer than the context, through generate(): Error(capacity) before any work, and
+// the session is left empty.
+TEST(BadInput, PromptLongerThanTheContextThroughGenerate) {
+  const hllm::ModelConfig c = tiny_config(4, 2, 0);
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 1));
+  hllm::Session<> s(model, {.context = 16, .threads = 1});
+  hllm::Sampler sampler({.seed = 1});
+  const auto prompt = some_tokens(17, 97);
+  hllm::test::expect_error([&] { hllm::generate(s, prompt, sampler, {.max_tokens = 4}); },
+                           hllm::ErrorKind::capacity, "", "", std::nullopt,
+                           "17 tokens at position 0 exceed the context of 16 tokens");
+  EXPECT_EQ(s.position(), 0u);
+  // A token id outside the vocabulary, with its index.
+  hllm::test::expect_error(
+      [&] {
+        s.prefill(std::vector<std::int32_t>{1, 97});
+      },
+      hllm::ErrorKind::out_of_range, "", "", std::nullopt,
+      "token id 97 at index 1 is outside the vocabulary [0, 97)");
+}
+
 TEST(BadInput, WeightsOfTheWrongShape) {
   const hllm::ModelConfig c = tiny_config(4, 2, 0);
   hllm::ModelWeights w = hllm::random_weights(c, hllm::DType::f32, 1);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "hllm/core/error.hpp"
+#include "hllm/generate/chat_template.hpp"
 #include "hllm/io/gguf_reader.hpp"
 #include "hllm/tokenizer/pretokenizer.hpp"
 #include "hllm/tokenizer/streaming_decoder.hpp"
@@ -186,6 +188,72 @@ TEST(Tokenizer, InvalidUtf8NeverCrashes) {
       }
     }
   }
+}
+
+// The invalid-UTF-8 policy, exactly (README, "Reliability"): encoding never rejects bytes.
+// SentencePiece keeps every byte that is not part of a valid piece as its byte-fallback token
+// <0xXX>, so decode() returns the input bytes unchanged; byte-level BPE replaces each byte that
+// does not start a valid sequence with U+FFFD first (one per byte, llama.cpp's
+// unicode_cpts_from_utf8), so it encodes exactly like the repaired text. decode() returns the
+// bytes the tokens stand for; StreamingDecoder always emits valid UTF-8 (U+FFFD per bad byte).
+bool valid_utf8(const std::string& text) {
+  for (std::size_t offset = 0; offset < text.size();) {
+    const int length = hllm::unicode::valid_char_length(text, offset);
+    if (length <= 0) return false;
+    offset += static_cast<std::size_t>(length);
+  }
+  return true;
+}
+
+std::string streamed(const hllm::Tokenizer& t, const std::vector<std::int32_t>& ids) {
+  hllm::StreamingDecoder stream(t);
+  std::string text;
+  for (std::int32_t id : ids) text += stream.push(id);
+  return text + stream.flush();
+}
+
+TEST(Tokenizer, InvalidUtf8PolicyIsExact) {
+  SKIP_WITHOUT_SHARED();
+  const hllm::Tokenizer spm = load_tokenizer("ggml-vocab-llama-spm.gguf");
+  const hllm::Tokenizer bpe = load_tokenizer("ggml-vocab-mpt.gguf");
+  const std::string fffd = "\xEF\xBF\xBD";
+  for (int b : {0x80, 0xBF, 0xC3, 0xE2, 0xF0, 0xFE, 0xFF}) {
+    const std::string text = std::string("a") + static_cast<char>(b) + "z";
+    SCOPED_TRACE(b);
+    const auto ids = spm.encode(text, false);
+    EXPECT_NE(std::find(ids.begin(), ids.end(), 3 + b), ids.end());  // <0xXX> is id 3 + XX
+    EXPECT_EQ(spm.decode(ids), text);
+    EXPECT_EQ(streamed(spm, ids), "a" + fffd + "z");
+    EXPECT_EQ(bpe.encode(text, false), bpe.encode("a" + fffd + "z", false));
+  }
+  // A truncated 3-byte sequence is two bad bytes: two U+FFFD in BPE, two byte tokens in SPM.
+  EXPECT_EQ(bpe.encode("x\xE2\x96y", false), bpe.encode("x" + fffd + fffd + "y", false));
+  EXPECT_EQ(spm.decode(spm.encode("x\xE2\x96y", false)), "x\xE2\x96y");
+}
+
+// The same policy through a chat template: message text is copied into the prompt verbatim, so
+// invalid bytes cannot break the template's markers, and they reach the tokenizer as above.
+TEST(Tokenizer, InvalidUtf8InChatMessages) {
+  SKIP_WITHOUT_SHARED();
+  const hllm::Tokenizer spm = load_tokenizer("ggml-vocab-llama-spm.gguf");
+  const hllm::Tokenizer bpe = load_tokenizer("ggml-vocab-mpt.gguf");
+  const std::vector<hllm::ChatMessage> messages = {
+      {"system", "caf\xC3"}, {"user", "\xFF bad \xE2\x96"}, {"assistant", "\x80"}};
+  const std::string prompt = hllm::render_chat(hllm::ChatFormat::zephyr, messages, true);
+  const auto ids = spm.encode(prompt, true, true);
+  // Each message still ends with its </s> (EOS, id 2), parsed as the special token.
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 3);
+  for (int b : {0xC3, 0xFF, 0xE2, 0x96, 0x80})
+    EXPECT_NE(std::find(ids.begin(), ids.end(), 3 + b), ids.end()) << b;
+  const std::string text = streamed(spm, ids);
+  EXPECT_TRUE(valid_utf8(text));
+  EXPECT_NE(text.find("caf\xEF\xBF\xBD"), std::string::npos) << text;
+  // Byte-level BPE: the ChatML prompt encodes exactly as its repaired twin.
+  const std::string chatml = hllm::render_chat(hllm::ChatFormat::chatml, messages, true);
+  std::string repaired;
+  for (char32_t cp : hllm::unicode::decode_utf8(chatml)) hllm::unicode::append_utf8(repaired, cp);
+  EXPECT_EQ(bpe.encode(chatml, false, true), bpe.encode(repaired, false, true));
+  EXPECT_TRUE(valid_utf8(streamed(bpe, bpe.encode(chatml, false, true))));
 }
 
 // Feeds ids one at a time and checks that no partial UTF-8 character ever comes out and that

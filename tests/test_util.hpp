@@ -61,10 +61,11 @@ inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float
 }
 
 // Expects f() to throw hllm::Error of this kind naming this field and file (and, when given,
-// this byte offset): the error catalogues assert the specific error, not just "throws".
+// this byte offset, and a message containing `message`): the error catalogues assert the
+// specific error, not just "throws".
 template <class F>
 void expect_error(F&& f, ErrorKind kind, const std::string& field, const std::string& file,
-                  std::optional<std::uint64_t> offset = {}) {
+                  std::optional<std::uint64_t> offset = {}, const std::string& message = {}) {
   try {
     f();
     ADD_FAILURE() << "no error thrown (expected field '" << field << "')";
@@ -75,6 +76,8 @@ void expect_error(F&& f, ErrorKind kind, const std::string& field, const std::st
     if (offset) {
       EXPECT_EQ(e.offset(), offset) << e.what();
     }
+    EXPECT_NE(e.message().find(message), std::string::npos)
+        << "message lacks '" << message << "': " << e.what();
   }
 }
 

@@ -19,7 +19,9 @@
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/io/gguf_reader.hpp"
 #include "hllm/io/gguf_writer.hpp"
+#include "hllm/io/load_options.hpp"
 #include "hllm/model/config.hpp"
+#include "hllm/model/finite_check.hpp"
 #include "hllm/model/weights.hpp"
 #include "hllm/nn/rope.hpp"
 
@@ -110,8 +112,10 @@ inline ModelConfig gguf_llama_config(const gguf::File& f) {
   return c;
 }
 
-// The tensor called spec.name, checked against the shape the config implies.
-inline WeightTensor gguf_weight(const gguf::File& f, const TensorSpec& spec) {
+// The tensor called spec.name, checked against the shape the config implies (and, when asked,
+// for NaN and infinities).
+inline WeightTensor gguf_weight(const gguf::File& f, const TensorSpec& spec,
+                                const LoadOptions& options) {
   const gguf::TensorInfo* t = f.find_tensor(spec.name);
   if (t == nullptr) throw Error(ErrorKind::format, "missing tensor", f.path(), spec.name);
   // GGUF dims are [cols, rows, 1, ...]: ne0 is the innermost (contiguous) dimension.
@@ -133,36 +137,54 @@ inline WeightTensor gguf_weight(const gguf::File& f, const TensorSpec& spec) {
   if (info.block_elements == 1 && reinterpret_cast<std::uintptr_t>(t->data) % info.block_bytes != 0)
     throw Error(ErrorKind::unsupported, "tensor data is not aligned in memory", f.path(),
                 spec.name);
-  return WeightTensor{t->type, t->data, spec.rows, spec.cols, spec.name};
+  WeightTensor w{t->type, t->data, spec.rows, spec.cols, spec.name};
+  if (options.check_finite) check_finite(w, f.path(), spec.name, f.data_offset() + t->offset);
+  return w;
+}
+
+// A tokenizer with more tokens than the embedding has rows would produce ids the model cannot
+// take; fewer is legal (embeddings padded to a round size).
+inline void check_tokenizer_size(const gguf::File& f, const ModelConfig& c) {
+  constexpr const char* kTokens = "tokenizer.ggml.tokens";
+  if (!f.has(kTokens)) return;
+  const std::size_t n = f.array_size(kTokens);
+  if (n > static_cast<std::size_t>(c.vocab_size))
+    throw Error(ErrorKind::format,
+                "the tokenizer has " + std::to_string(n) + " tokens but the model's vocabulary (" +
+                    "token_embd.weight rows) has " + std::to_string(c.vocab_size),
+                f.path(), kTokens);
 }
 
 }  // namespace detail
 
 // Builds a model from an already parsed file (e.g. gguf::File::from_memory).
-inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file) {
+inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file,
+                                 const LoadOptions& options = {}) {
   GgufModel m;
   m.config = detail::gguf_llama_config(*file);
+  // (rope_freqs.weight needs no option: RoPE always refuses non-finite factors.)
   m.weights = assemble_weights(
-      m.config, [&](const TensorSpec& spec) { return detail::gguf_weight(*file, spec); });
+      m.config, [&](const TensorSpec& spec) { return detail::gguf_weight(*file, spec, options); });
+  detail::check_tokenizer_size(*file, m.config);
   m.weights.storage = file;
   m.file = std::move(file);
   return m;
 }
 
 // Maps `path` and builds a model whose weights point into the mapping.
-inline GgufModel load_gguf_model(const std::string& path) {
-  return load_gguf_model(std::make_shared<const gguf::File>(gguf::File::open(path)));
+inline GgufModel load_gguf_model(const std::string& path, const LoadOptions& options = {}) {
+  return load_gguf_model(std::make_shared<const gguf::File>(gguf::File::open(path)), options);
 }
 
-// A writer holding the config as `llama.*` metadata and every weight tensor (borrowed: the
-// weights must stay alive until the writer has written). Add tokenizer keys before writing.
-inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& w) {
+// Adds the config to `out` as `llama.*` metadata (plus the rope_freqs.weight tensor when the
+// config has frequency factors): everything of a model file except its weights, which the
+// caller adds in llama_tensor_specs() order (gguf_model_writer does; a writer of a large
+// synthetic model may add them as lazily filled tensors instead).
+inline void set_gguf_llama_metadata(gguf::Writer& out, const ModelConfig& c) {
   c.validate();
-  validate_weights(c, w);
   if (c.rope.layout != RopeLayout::interleaved)
     throw Error(ErrorKind::unsupported,
                 "GGUF llama models use the interleaved RoPE layout; permute the q/k weights first");
-  gguf::Writer out;
   out.set("general.architecture", "llama");
   out.set("general.name", c.name);
   out.set("llama.vocab_size", static_cast<std::uint32_t>(c.vocab_size));
@@ -206,6 +228,15 @@ inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& 
     std::memcpy(bytes.data(), c.rope.freq_factors.data(), bytes.size());
     out.add_tensor("rope_freqs.weight", DType::f32, {c.rope.freq_factors.size()}, std::move(bytes));
   }
+}
+
+// A writer holding the config as `llama.*` metadata and every weight tensor (borrowed: the
+// weights must stay alive until the writer has written). Add tokenizer keys before writing.
+inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& w) {
+  c.validate();
+  validate_weights(c, w);
+  gguf::Writer out;
+  set_gguf_llama_metadata(out, c);
   const auto specs = llama_tensor_specs(c);
   std::vector<const WeightTensor*> tensors{&w.token_embedding};
   for (const auto& l : w.layers)

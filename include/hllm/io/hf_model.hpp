@@ -32,8 +32,10 @@
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/weight_tensor.hpp"
+#include "hllm/io/load_options.hpp"
 #include "hllm/io/safetensors.hpp"
 #include "hllm/model/config.hpp"
+#include "hllm/model/finite_check.hpp"
 #include "hllm/model/weights.hpp"
 #include "hllm/nn/rope.hpp"
 
@@ -239,7 +241,8 @@ struct HfStorage {
 };
 
 inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::string& hf_name,
-                              const TensorSpec& spec, HfStorage& storage) {
+                              const TensorSpec& spec, HfStorage& storage,
+                              const LoadOptions& options) {
   const safetensors::Checkpoint::Entry* e = ckpt.find(hf_name);
   if (e == nullptr)
     throw Error(ErrorKind::format, "missing tensor (needed for " + spec.name + ")",
@@ -260,6 +263,9 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
                 "shape [" + shape + "] disagrees with config.json, which implies [" + want + "]",
                 e->file->path(), hf_name, t.file_offset);
   }
+  if (options.check_finite)  // on the file's bytes, before any conversion
+    check_finite(WeightTensor{t.type, t.data, spec.rows, spec.cols, hf_name}, e->file->path(),
+                 hf_name, t.file_offset);
   const std::size_t n = static_cast<std::size_t>(t.elements());
   const std::size_t element = t.type == DType::f32 ? 4 : 2;
   const bool aligned = reinterpret_cast<std::uintptr_t>(t.data) % element == 0;
@@ -288,7 +294,8 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
 
 // Builds a model from a config and an opened checkpoint.
 inline HfModel load_hf_model(const ModelConfig& config,
-                             std::shared_ptr<const safetensors::Checkpoint> checkpoint) {
+                             std::shared_ptr<const safetensors::Checkpoint> checkpoint,
+                             const LoadOptions& options = {}) {
   HfModel m;
   m.config = config;
   auto storage = std::make_shared<detail::HfStorage>();
@@ -296,7 +303,7 @@ inline HfModel load_hf_model(const ModelConfig& config,
   // (Views into owned buffers survive the vector growing: a moved AlignedBuffer keeps its
   // allocation.)
   m.weights = assemble_weights(config, [&](const TensorSpec& spec) {
-    return detail::hf_weight(*checkpoint, detail::hf_tensor_name(spec), spec, *storage);
+    return detail::hf_weight(*checkpoint, detail::hf_tensor_name(spec), spec, *storage, options);
   });
   validate_weights(m.config, m.weights);
   m.weights.storage = storage;
@@ -306,7 +313,7 @@ inline HfModel load_hf_model(const ModelConfig& config,
 
 // `dir_or_file`: a directory with config.json and model.safetensors (or shards and
 // model.safetensors.index.json), or one of those weight files with config.json beside it.
-inline HfModel load_hf_model(const std::string& dir_or_file) {
+inline HfModel load_hf_model(const std::string& dir_or_file, const LoadOptions& options = {}) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path dir = fs::is_directory(dir_or_file, ec) ? fs::path(dir_or_file)
@@ -315,8 +322,10 @@ inline HfModel load_hf_model(const std::string& dir_or_file) {
   const std::string text = safetensors::detail::read_text_file(config_path);
   const nlohmann::json j = safetensors::detail::parse_json_strict(text, config_path, {}, 0);
   const ModelConfig config = hf_model_config(j, config_path);
-  return load_hf_model(config, std::make_shared<const safetensors::Checkpoint>(
-                                   safetensors::Checkpoint::open(dir_or_file)));
+  return load_hf_model(
+      config,
+      std::make_shared<const safetensors::Checkpoint>(safetensors::Checkpoint::open(dir_or_file)),
+      options);
 }
 
 }  // namespace hllm

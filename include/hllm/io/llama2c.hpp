@@ -37,8 +37,10 @@
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/weight_tensor.hpp"
+#include "hllm/io/load_options.hpp"
 #include "hllm/io/mapped_file.hpp"
 #include "hllm/model/config.hpp"
+#include "hllm/model/finite_check.hpp"
 #include "hllm/model/weights.hpp"
 #include "hllm/nn/rope.hpp"
 #include "hllm/tokenizer/vocabulary.hpp"
@@ -156,7 +158,8 @@ inline Header read_header(const io::MappedFile& f) {
 }  // namespace detail
 
 // Parses a checkpoint already in memory (or mapped); `file` stays alive through the weights.
-inline Llama2cModel load_model(std::shared_ptr<const io::MappedFile> file) {
+inline Llama2cModel load_model(std::shared_ptr<const io::MappedFile> file,
+                               const LoadOptions& options = {}) {
   if constexpr (std::endian::native != std::endian::little)
     throw Error(ErrorKind::unsupported, "llama2.c checkpoints are little-endian; this host is not",
                 file->path());
@@ -265,8 +268,12 @@ inline Llama2cModel load_model(std::shared_ptr<const io::MappedFile> file) {
   // Slice `region` into its index'th [rows][cols] matrix.
   auto slice = [&](const char* region, std::uint64_t index, const TensorSpec& spec) {
     const Region& r = *by_name.at(region);
-    const std::byte* base = file->data() + r.offset + index * r.rows * r.cols * 4;
-    return WeightTensor{DType::f32, base, spec.rows, spec.cols, spec.name};
+    const std::uint64_t at = r.offset + index * r.rows * r.cols * 4;
+    WeightTensor w{DType::f32, file->data() + at, spec.rows, spec.cols, spec.name};
+    if (options.check_finite)  // named as llama2.c names it: "wq[3]" is layer 3's wq
+      check_finite(w, path, r.count > 1 ? region + ("[" + std::to_string(index) + "]") : region,
+                   at);
+    return w;
   };
   Llama2cModel m;
   m.version = h.version;
@@ -292,8 +299,8 @@ inline Llama2cModel load_model(std::shared_ptr<const io::MappedFile> file) {
 }
 
 // Maps `path` and builds a model whose weights point into the mapping.
-inline Llama2cModel load_model(const std::string& path) {
-  return load_model(std::make_shared<const io::MappedFile>(io::MappedFile::open(path)));
+inline Llama2cModel load_model(const std::string& path, const LoadOptions& options = {}) {
+  return load_model(std::make_shared<const io::MappedFile>(io::MappedFile::open(path)), options);
 }
 
 // tokenizer.bin (llama2.c's tokenizer.py export): u32 max_token_length, then per token f32
@@ -391,8 +398,8 @@ inline Vocabulary load_vocabulary(const std::string& path,
 }  // namespace llama2c
 
 // Loads a llama2.c checkpoint (legacy or version 1) from `path`.
-inline Llama2cModel load_llama2c_model(const std::string& path) {
-  return llama2c::load_model(path);
+inline Llama2cModel load_llama2c_model(const std::string& path, const LoadOptions& options = {}) {
+  return llama2c::load_model(path, options);
 }
 
 }  // namespace hllm
