@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -118,6 +119,15 @@ class Writer {
     check_tensor(name, type, dims, data.size());
     tensors_.push_back({std::string(name), type, std::move(dims), {}, std::move(data)});
   }
+  // A tensor of `size` bytes that `fill` writes into a buffer when the file is written, one
+  // tensor at a time: writing a large model then holds one tensor's data, never all of it.
+  // `fill` may be called more than once (once per write()/to_bytes()).
+  void add_tensor(std::string_view name, DType type, std::vector<std::uint64_t> dims,
+                  std::size_t size, std::function<void(std::span<std::byte>)> fill) {
+    check_tensor(name, type, dims, size);
+    if (!fill) throw Error(ErrorKind::invalid_argument, "no fill function", {}, std::string(name));
+    tensors_.push_back({std::string(name), type, std::move(dims), {}, {}, size, std::move(fill)});
+  }
 
   std::vector<std::byte> to_bytes() const {
     std::vector<std::byte> out;
@@ -146,7 +156,12 @@ class Writer {
     DType type;
     std::vector<std::uint64_t> dims;
     std::span<const std::byte> view;  // borrowed bytes, or
-    std::vector<std::byte> owned;     // owned ones (then view is empty)
+    std::vector<std::byte> owned;     // owned ones (then view is empty), or
+    std::size_t lazy_size = 0;        // bytes that `fill` writes at emit time
+    std::function<void(std::span<std::byte>)> fill;
+    std::size_t size() const noexcept {
+      return fill ? lazy_size : (owned.empty() ? view.size() : owned.size());
+    }
     std::span<const std::byte> bytes() const noexcept {
       return owned.empty() ? view : std::span<const std::byte>(owned);
     }
@@ -242,13 +257,19 @@ class Writer {
       for (std::uint64_t d : t.dims) detail::store_le(head, d, 8);
       detail::store_le(head, static_cast<std::uint32_t>(t.type), 4);
       detail::store_le(head, offset, 8);
-      offset += padded(t.bytes().size());
+      offset += padded(t.size());
     }
     head.resize(padded(head.size()), std::byte{0});
     sink(head.data(), head.size());
     const std::vector<std::byte> zeros(alignment_, std::byte{0});
+    std::vector<std::byte> lazy;
     for (const Tensor& t : tensors_) {
-      const auto data = t.bytes();
+      std::span<const std::byte> data = t.bytes();
+      if (t.fill) {
+        lazy.assign(t.lazy_size, std::byte{0});
+        t.fill(lazy);
+        data = lazy;
+      }
       sink(data.data(), data.size());
       sink(zeros.data(), padded(data.size()) - data.size());
     }
