@@ -45,10 +45,14 @@ std::vector<std::int32_t> golden_tokens(const hllm::test::GoldenFile& g) {
 }
 
 // Every token's logits ([n_tokens][vocab]) from one prefill.
+// These tests check what the loaders build, so they run the exact path: float32 activations
+// throughout. (The fast path rounds activations, to 8 bits for integer weights and to bf16 for
+// bf16 weights on AVX512-BF16 CPUs; its accuracy is checked against llama.cpp's on the shared
+// fixtures, FixtureLogits.FastPathIsAsCloseAsLlamaCpp.)
 std::vector<float> logits_of(const hllm::ModelConfig& c, const hllm::ModelWeights& w,
                              const std::vector<std::int32_t>& tokens) {
   const hllm::Llama<> model(c, w);
-  hllm::Session<> session(model, {.threads = 1});
+  hllm::Session<> session(model, {.threads = 1, .exact = true});
   const auto all = session.prefill(tokens, hllm::Logits::all);
   return {all.begin(), all.end()};
 }

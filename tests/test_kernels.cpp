@@ -107,6 +107,24 @@ TEST_P(KernelIsa, PrefillGemmMatchesReferenceAcrossPanelAndChunkBoundaries) {
   }
 }
 
+// The vector exp is Cephes' reduction and polynomial (~2 ulp), std::exp is within 1 ulp, and a
+// division and a multiplication follow: 8 ulp of relative slack (2^-21) covers it. Inputs span
+// the range where silu goes from -0 through its minimum to the identity, plus the saturating
+// ends and a ragged tail.
+TEST_P(KernelIsa, SiluMulMatchesReference) {
+  const auto& table = hllm::kernels::table_for(GetParam());
+  std::vector<float> gate = hllm::test::random_vector(1001, 3),
+                     up = hllm::test::random_vector(1001, 4);
+  for (std::size_t i = 0; i < gate.size(); ++i) gate[i] *= 12.0f;
+  gate[0] = -100.0f, gate[1] = 100.0f, gate[2] = 0.0f, gate[3] = -87.0f, gate[4] = 88.0f;
+  std::vector<float> expected(gate.size()), actual(gate.size());
+  hllm::reference::silu_mul(gate.data(), up.data(), gate.size(), expected.data());
+  table.silu_mul(gate.data(), up.data(), gate.size(), actual.data());
+  for (std::size_t i = 0; i < gate.size(); ++i)
+    ASSERT_NEAR(actual[i], expected[i], std::fabs(expected[i]) * std::ldexp(1.0, -21) + 1e-37)
+        << "gate " << gate[i] << " up " << up[i];
+}
+
 TEST_P(KernelIsa, RmsNormMatchesReference) {
   const auto& table = hllm::kernels::table_for(GetParam());
   for (std::size_t n : {1u, 5u, 16u, 17u, 63u, 256u, 2049u}) {
@@ -231,6 +249,43 @@ TEST_P(KernelIsa, QuantizedPrefillGemmMatchesTwinAcrossPanelAndChunkBoundaries) 
     const auto seed = static_cast<std::uint32_t>(rows * 7 + blocks + n);
     check_quant_matmul<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0, rows, cols, n, seed);
     check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0, rows, cols, n, seed);
+  }
+}
+
+// The AVX512-BF16 kernel rounds activations to bf16 (8 significant bits: |x − bf16(x)| <=
+// 2^-8·|x|), so against the exact product it may differ by Σ|w·x|·2^-8 on top of the float
+// summation bound. Exercised at prefill and decode sizes, odd column counts (a half-filled last
+// pair), ragged rows and every chunk boundary.
+TEST(KernelAvx512Bf16, DotMatchesReferenceWithinActivationRounding) {
+  if (!hllm::cpu_supports(Isa::avx512) ||
+      hllm::kernels::table_for(Isa::avx512).matmul_bf16_dot == nullptr)
+    GTEST_SKIP() << "needs AVX512-BF16";
+  const hllm::kernels::MatmulFn fn = hllm::kernels::table_for(Isa::avx512).matmul_bf16_dot;
+  for (auto [shape_rows, shape_cols, shape_n] : {std::tuple{16u, 1u, 8u},
+                                                 {37u, 17u, 31u},
+                                                 {48u, 257u, 17u},
+                                                 {21u, 600u, 300u},
+                                                 {64u, 256u, 271u},
+                                                 {33u, 40u, 3u}}) {
+    const std::size_t rows = shape_rows, cols = shape_cols, n = shape_n;
+    const auto seed = static_cast<std::uint32_t>(rows * cols + n);
+    const auto w = to_type<hllm::bf16>(hllm::test::random_vector(rows * cols, seed));
+    const auto x = hllm::test::random_vector(n * cols, seed + 1);
+    std::vector<float> expected(n * rows), actual(n * rows, NAN);
+    hllm::reference::matmul(w.data(), rows, cols, x.data(), n, expected.data());
+    const std::size_t split = rows / 2 | 1;
+    fn(w.data(), rows, cols, x.data(), n, actual.data(), 0, std::min(split, rows));
+    fn(w.data(), rows, cols, x.data(), n, actual.data(), std::min(split, rows), rows);
+    for (std::size_t t = 0; t < n; ++t)
+      for (std::size_t r = 0; r < rows; ++r) {
+        double sum_abs = 0;
+        for (std::size_t c = 0; c < cols; ++c)
+          sum_abs += std::fabs(double(hllm::to_float(w[r * cols + c])) * x[t * cols + c]);
+        const double bound = dot_error_bound(cols, sum_abs) + sum_abs * std::ldexp(1.0, -8);
+        ASSERT_LE(std::fabs(double(actual[t * rows + r]) - expected[t * rows + r]), bound)
+            << "rows " << rows << " cols " << cols << " tokens " << n << " at [" << t << "][" << r
+            << "]";
+      }
   }
 }
 

@@ -31,33 +31,68 @@ class Compute {
   ThreadPool& pool() const noexcept { return *pool_; }
   Isa isa() const noexcept { return table_->isa; }
 
+  // One product of a fused call: y = w · x, y: [n_tokens][w.rows].
+  struct Product {
+    const WeightTensor* w;
+    float* y;
+  };
+
   // y[t][r] = sum_c w[r][c] x[t][c].   x: [n_tokens][w.cols], y: [n_tokens][w.rows]
   // Quantized weights use 8-bit activations and integer dot products where a kernel exists and
-  // activation scratch was given; otherwise float32 activations (matmul_exact).
+  // activation scratch was given; BF16 weights use bf16 activations where the CPU has
+  // AVX512-BF16 and scratch was given; otherwise float32 activations (matmul_exact).
   void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, float* y) const {
-    const kernels::QuantMatmulFn qfn = table_->quant_matmul_for(w.type);
-    if (qfn == nullptr || activations_.empty()) return matmul_exact(w, x, n_tokens, y);
-    const std::size_t blocks = w.cols / 32;
-    if (w.cols % 32 != 0 || n_tokens * blocks > activations_.size())
-      throw Error(ErrorKind::internal, "activation scratch too small for a quantized matmul", {},
-                  w.name);
-    BlockQ8Act* xq = activations_.data();
-    const kernels::QuantizeFn quantize = table_->quantize_activations;
-    split(n_tokens, 1, n_tokens * w.cols, [&](std::size_t begin, std::size_t end) {
-      for (std::size_t t = begin; t < end; ++t) quantize(x + t * w.cols, w.cols, xq + t * blocks);
+    const Product product{&w, y};
+    matmul_fused({&product, 1}, x, n_tokens);
+  }
+
+  // Several products of the same input in one pass (Q, K and V): the input is quantized once and
+  // the threads split all the products' rows together, one wake-up and one barrier for all.
+  void matmul_fused(std::span<const Product> products, const float* x, std::size_t n_tokens) const {
+    const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
+    std::size_t total_rows = 0, work = 0;
+    for (const Product& p : products) total_rows += p.w->rows, work += p.w->rows * p.w->cols;
+    split(total_rows, 16, work * n_tokens, [&](std::size_t begin, std::size_t end) {
+      std::size_t first = 0;  // the products' rows, stacked one after another
+      for (const Product& p : products) {
+        const std::size_t lo = std::max(begin, first), hi = std::min(end, first + p.w->rows);
+        if (lo < hi) rows_of(*p.w, x, xq, n_tokens, p.y, lo - first, hi - first);
+        first += p.w->rows;
+      }
     });
-    // 16-row grains keep each thread's share a whole number of register tiles.
-    split(w.rows, 16, w.rows * w.cols * n_tokens, [&](std::size_t begin, std::size_t end) {
-      qfn(w.data, w.rows, w.cols, xq, n_tokens, y, begin, end);
+  }
+
+  // out = silu(gate · x) ⊙ (up · x), the first half of a SwiGLU, in one pass: x is quantized
+  // once, each thread computes the same rows of both products and applies the activation to
+  // them right away. gate_y, up_y, out: [n_tokens][gate.rows] (out may be gate_y).
+  void gate_up_silu(const WeightTensor& gate, const WeightTensor& up, const float* x,
+                    std::size_t n_tokens, float* gate_y, float* up_y, float* out) const {
+    if (up.rows != gate.rows || up.cols != gate.cols)
+      throw Error(ErrorKind::internal, "gate and up projections differ in shape", {}, up.name);
+    const Product products[] = {{&gate, gate_y}, {&up, up_y}};
+    const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
+    const std::size_t rows = gate.rows;
+    split(rows, 16, 2 * rows * gate.cols * n_tokens, [&](std::size_t begin, std::size_t end) {
+      rows_of(gate, x, xq, n_tokens, gate_y, begin, end);
+      rows_of(up, x, xq, n_tokens, up_y, begin, end);
+      for (std::size_t t = 0; t < n_tokens; ++t)
+        table_->silu_mul(gate_y + t * rows + begin, up_y + t * rows + begin, end - begin,
+                         out + t * rows + begin);
     });
   }
 
   // The same with float32 activations for every weight type (quantized weights are dequantized
   // block by block): no activation rounding.
   void matmul_exact(const WeightTensor& w, const float* x, std::size_t n_tokens, float* y) const {
-    kernels::MatmulFn fn = table_->matmul_for(w.type);
-    if (fn == nullptr) fn = table_->dequant_matmul_for(w.type);
+    const kernels::MatmulFn fn = exact_kernel(w.type);
     if (fn == nullptr) return reference::matmul(w, x, n_tokens, y);
+    split_rows(fn, w, x, n_tokens, y);
+  }
+
+  // Runs fn over w's rows split across the threads, in 16-row grains (whole register tiles and
+  // packed panels).
+  void split_rows(kernels::MatmulFn fn, const WeightTensor& w, const float* x, std::size_t n_tokens,
+                  float* y) const {
     split(w.rows, 16, w.rows * w.cols * n_tokens, [&](std::size_t begin, std::size_t end) {
       fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end);
     });
@@ -78,11 +113,60 @@ class Compute {
   // out = silu(gate) * up, element-wise over n values.
   void silu_mul(const float* gate, const float* up, std::size_t n, float* out) const {
     split(n, 256, n * 16, [&](std::size_t begin, std::size_t end) {
-      reference::silu_mul(gate + begin, up + begin, end - begin, out + begin);
+      table_->silu_mul(gate + begin, up + begin, end - begin, out + begin);
     });
   }
 
  private:
+  bool uses_int8(const WeightTensor& w) const noexcept {
+    return !activations_.empty() && table_->quant_matmul_for(w.type) != nullptr;
+  }
+
+  // Quantizes x once for the products whose kernels take 8-bit activations; nullptr if none do.
+  BlockQ8Act* prepare_activations(std::span<const Product> products, const float* x,
+                                  std::size_t n_tokens) const {
+    // Checked here, before any thread runs: kernels must not throw.
+    const WeightTensor* quantized = nullptr;
+    for (const Product& p : products) {
+      if (uses_int8(*p.w))
+        quantized = p.w;
+      else if (exact_kernel(p.w->type) == nullptr)
+        throw Error(ErrorKind::unsupported, "no matmul kernel for " + dtype_name(p.w->type), {},
+                    p.w->name);
+    }
+    if (quantized == nullptr) return nullptr;
+    const std::size_t cols = quantized->cols, blocks = cols / 32;
+    if (cols % 32 != 0 || n_tokens * blocks > activations_.size())
+      throw Error(ErrorKind::internal, "activation scratch too small for a quantized matmul", {},
+                  quantized->name);
+    for (const Product& p : products)
+      if (p.w->cols != cols)
+        throw Error(ErrorKind::internal, "fused products must share their input width", {},
+                    p.w->name);
+    BlockQ8Act* xq = activations_.data();
+    const kernels::QuantizeFn quantize = table_->quantize_activations;
+    split(n_tokens, 1, n_tokens * cols, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t t = begin; t < end; ++t) quantize(x + t * cols, cols, xq + t * blocks);
+    });
+    return xq;
+  }
+
+  // Rows [begin, end) of y = w · x on the calling thread, with the kernel matmul() chose.
+  void rows_of(const WeightTensor& w, const float* x, const BlockQ8Act* xq, std::size_t n_tokens,
+               float* y, std::size_t begin, std::size_t end) const {
+    if (uses_int8(w))
+      return table_->quant_matmul_for(w.type)(w.data, w.rows, w.cols, xq, n_tokens, y, begin, end);
+    kernels::MatmulFn fn = exact_kernel(w.type);
+    if (w.type == DType::bf16 && table_->matmul_bf16_dot != nullptr && !activations_.empty())
+      fn = table_->matmul_bf16_dot;
+    fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end);  // checked by prepare_activations
+  }
+
+  kernels::MatmulFn exact_kernel(DType type) const noexcept {
+    kernels::MatmulFn fn = table_->matmul_for(type);
+    return fn != nullptr ? fn : table_->dequant_matmul_for(type);
+  }
+
   const kernels::KernelTable* table_;
   ThreadPool* pool_;
   std::span<BlockQ8Act> activations_;

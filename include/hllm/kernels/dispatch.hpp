@@ -52,6 +52,8 @@ using QuantizeFn = void (*)(const float* x, std::size_t n, BlockQ8Act* out);
 // x, weight, out: [n]
 using RmsNormFn = void (*)(const float* x, const float* weight, std::size_t n, float eps,
                            float* out);
+// out[i] = silu(gate[i]) · up[i].   gate, up, out: [n]
+using SiluMulFn = void (*)(const float* gate, const float* up, std::size_t n, float* out);
 // q: [head_dim], keys, values: [n_keys][head_dim] of the cache's element type, out: [head_dim]
 using AttendHeadFn = void (*)(const float* q, const void* keys, const void* values,
                               std::size_t n_keys, std::size_t head_dim, float scale, float* out);
@@ -60,10 +62,14 @@ struct KernelTable {
   Isa isa;
   MatmulFn matmul_f32, matmul_f16, matmul_bf16;
   RmsNormFn rms_norm;
+  SiluMulFn silu_mul;
   AttendHeadFn attend_head_f32, attend_head_f16, attend_head_bf16;
   QuantizeFn quantize_activations;
   QuantMatmulFn matmul_q8_0, matmul_q4_0;
   MatmulFn dequant_q8_0, dequant_q4_0, dequant_q4_1, dequant_q4_k, dequant_q6_k;
+  // BF16 weights against activations rounded to bf16 (vdpbf16ps), or nullptr where the CPU has
+  // no AVX512-BF16. Not exact: Compute::matmul takes it, matmul_exact never does.
+  MatmulFn matmul_bf16_dot;
 
   // The matmul for a weight type, or nullptr if this table has none (quantized types until
   // their kernels land: callers then use the reference path).
@@ -108,14 +114,14 @@ struct KernelTable {
 }  // namespace hllm::kernels
 
 // quant_ns: where the integer-dot kernels come from (AVX-512 has a VNNI build beside it).
-#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                 \
-  KernelTable {                                                                         \
-    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm,         \
-        &ns::attend_head_f32, &ns::attend_head_f16, &ns::attend_head_bf16,              \
-        &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,      \
-        &ns::matmul_dequant<BlockQ8_0, kQK8_0>, &ns::matmul_dequant<BlockQ4_0, kQK4_0>, \
-        &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,  \
-        &ns::matmul_dequant<BlockQ6_K, kQK_K>                                           \
+#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                        \
+  KernelTable {                                                                                \
+    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul, \
+        &ns::attend_head_f32, &ns::attend_head_f16, &ns::attend_head_bf16,                     \
+        &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,             \
+        &ns::matmul_dequant<BlockQ8_0, kQK8_0>, &ns::matmul_dequant<BlockQ4_0, kQK4_0>,        \
+        &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,         \
+        &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr                                         \
   }
 
 #define HLLM_ISA_LEVEL 0
@@ -171,6 +177,15 @@ namespace hllm::kernels::avx512_vnni {
 }  // namespace hllm::kernels::avx512_vnni
 HLLM_TARGET_END
 #undef HLLM_QUANT_VNNI
+
+// The BF16 prefill GEMM (vdpbf16ps), used where the CPU has AVX512-BF16.
+HLLM_TARGET_AVX512_BF16_BEGIN
+namespace hllm::kernels::avx512_bf16 {
+using avx512::transpose16x16;
+using avx512::VecF32;
+#include "hllm/kernels/gemm_bf16-inl.hpp"
+}  // namespace hllm::kernels::avx512_bf16
+HLLM_TARGET_END
 #undef HLLM_ISA_LEVEL
 #else
 #undef HLLM_QUANT_VNNI
@@ -186,10 +201,15 @@ inline const KernelTable& table_for(Isa isa) {
   static const KernelTable scalar_table = HLLM_KERNEL_TABLE(scalar, scalar);
 #if HLLM_X86
   static const KernelTable avx2_table = HLLM_KERNEL_TABLE(avx2, avx2);
-  static const KernelTable avx512_table = HLLM_KERNEL_TABLE(avx512, avx512);
-  static const KernelTable avx512_vnni_table = HLLM_KERNEL_TABLE(avx512, avx512_vnni);
+  // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.
+  static const KernelTable avx512_table = [] {
+    KernelTable table = cpu_features().avx512_vnni ? HLLM_KERNEL_TABLE(avx512, avx512_vnni)
+                                                   : HLLM_KERNEL_TABLE(avx512, avx512);
+    if (cpu_features().avx512_bf16) table.matmul_bf16_dot = &avx512_bf16::matmul_bf16_dot;
+    return table;
+  }();
   switch (isa) {
-    case Isa::avx512: return cpu_features().avx512_vnni ? avx512_vnni_table : avx512_table;
+    case Isa::avx512: return avx512_table;
     case Isa::avx2: return avx2_table;
     default: break;
   }

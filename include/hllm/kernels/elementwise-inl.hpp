@@ -24,6 +24,30 @@ inline void rms_norm(const float* x, const float* weight, std::size_t n, float e
              n - i);
 }
 
+// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i].   gate, up, out: [n]
+inline void silu_mul(const float* gate, const float* up, std::size_t n, float* out) {
+  using V = VecF32;
+  const typename V::Reg one = V::set1(1.0f), minus = V::set1(-1.0f);
+  const auto silu_times = [&](typename V::Reg g, typename V::Reg u) {
+    return V::mul(V::div(g, V::add(one, V::exp(V::mul(g, minus)))), u);
+  };
+  std::size_t i = 0;
+  for (; i + V::lanes <= n; i += V::lanes)
+    V::store(out + i, silu_times(V::load(gate + i), V::load(up + i)));
+  if (i < n) V::store(out + i, silu_times(V::load(gate + i, n - i), V::load(up + i, n - i)), n - i);
+}
+
+// scores[j] = e^(scores[j] − max) for j < count (count <= 32).
+inline void exp_shifted(float* scores, std::size_t count, float max) {
+  using V = VecF32;
+  const typename V::Reg shift = V::set1(max);
+  for (std::size_t j = 0; j < count; j += V::lanes) {
+    const std::size_t n = std::min(V::lanes, count - j);
+    const typename V::Reg e = V::exp(V::add(V::load(scores + j, n), V::mul(shift, V::set1(-1.0f))));
+    V::store(scores + j, e, n);
+  }
+}
+
 template <class KV>
 inline float dot_head(const float* q, const KV* k, std::size_t head_dim) {
   using V = VecF32;
@@ -68,8 +92,9 @@ inline void attend_head(const float* q, const KV* keys, const KV* values, std::s
     const float new_max = std::max(running_max, tile_max);
     float correction = std::exp(running_max - new_max);
     running_sum *= correction;
+    exp_shifted(scores, count, new_max);
     for (std::size_t j = 0; j < count; ++j) {
-      const float p = std::exp(scores[j] - new_max);
+      const float p = scores[j];
       running_sum += p;
       // The first key of a tile also applies the tile's rescale of the accumulator.
       scale_add_head(out, correction, p, values + (start + j) * head_dim, head_dim);

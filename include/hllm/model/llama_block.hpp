@@ -87,9 +87,9 @@ class LlamaBlock {
 
     norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.attn_norm.as<float>(),
                   matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
-    compute.matmul(weights_.wq, s.normed.data(), n_tokens, s.q.data());
-    compute.matmul(weights_.wk, s.normed.data(), n_tokens, s.k.data());
-    compute.matmul(weights_.wv, s.normed.data(), n_tokens, s.v.data());
+    const Compute::Product qkv[] = {
+        {&weights_.wq, s.q.data()}, {&weights_.wk, s.k.data()}, {&weights_.wv, s.v.data()}};
+    compute.matmul_fused(qkv, s.normed.data(), n_tokens);
     for (std::size_t t = 0; t < n_tokens; ++t) {
       rope.apply(s.q.data() + t * q_width, n_heads_(), cos + t * half_rot, sin + t * half_rot);
       rope.apply(s.k.data() + t * kv_width, n_kv_heads_(), cos + t * half_rot, sin + t * half_rot);
@@ -113,8 +113,8 @@ class LlamaBlock {
 
     norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm.as<float>(),
                   matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
-    SwiGLU::forward(compute, weights_.ffn, s.normed.data(), n_tokens, s.projected.data(), s.gate.data(),
-                    s.up.data());
+    SwiGLU::forward(compute, weights_.ffn, s.normed.data(), n_tokens, s.projected.data(),
+                    s.gate.data(), s.up.data());
     add_into(x, s.projected.data(), n_tokens * dim);
   }
 

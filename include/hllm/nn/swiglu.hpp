@@ -21,9 +21,7 @@ class SwiGLU {
   // gate_scratch, up_scratch: [n_tokens][ffn_dim] each.
   static void forward(const Compute& compute, const FeedForwardWeights& w, const float* x,
                       std::size_t n_tokens, float* out, float* gate_scratch, float* up_scratch) {
-    compute.matmul(w.gate, x, n_tokens, gate_scratch);
-    compute.matmul(w.up, x, n_tokens, up_scratch);
-    compute.silu_mul(gate_scratch, up_scratch, n_tokens * w.gate.rows, gate_scratch);
+    compute.gate_up_silu(w.gate, w.up, x, n_tokens, gate_scratch, up_scratch, gate_scratch);
     compute.matmul(w.down, gate_scratch, n_tokens, out);
   }
 };

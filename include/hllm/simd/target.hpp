@@ -15,6 +15,7 @@
 #define HLLM_TARGET_AVX2_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c\"))), apply_to = function)")
 #define HLLM_TARGET_AVX512_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq\"))), apply_to = function)")
 #define HLLM_TARGET_AVX512_VNNI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni\"))), apply_to = function)")
+#define HLLM_TARGET_AVX512_BF16_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16\"))), apply_to = function)")
 #define HLLM_TARGET_END _Pragma("clang attribute pop")
 // clang-format on
 #elif defined(__GNUC__)
@@ -25,6 +26,9 @@
 #define HLLM_TARGET_AVX512_VNNI_BEGIN \
   _Pragma("GCC push_options")         \
       _Pragma("GCC target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni\")")
+#define HLLM_TARGET_AVX512_BF16_BEGIN \
+  _Pragma("GCC push_options")         \
+      _Pragma("GCC target(\"avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16\")")
 #define HLLM_TARGET_END _Pragma("GCC pop_options")
 #else
 #error "hllm's run-time ISA dispatch needs GCC or clang"

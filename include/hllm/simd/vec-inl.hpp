@@ -5,7 +5,29 @@
 // any target region).
 //
 // Interface: lanes; zero(); set1(v); load(p) / load(p, n) (first n < lanes elements, the rest 0)
-// from float, f16 or bf16; store(p, v) / store(p, v, n); fma(a, b, c) = a*b + c; add; mul; sum(v).
+// from float, f16 or bf16; store(p, v) / store(p, v, n); fma(a, b, c) = a*b + c; add; mul; div;
+// max; exp (vector levels: ~2 ulp, Cephes' polynomial; scalar: std::exp); sum(v).
+
+#if HLLM_ISA_LEVEL >= 1
+// Shared by the vector exp()s below (Cephes' expf): x = n·ln2 + r with |r| <= ln2/2, ln2 split
+// in two so n·ln2_hi is exact; e^r by a degree-6 polynomial (relative error < 2^-23 there).
+template <class V>
+inline void exp_reduce_impl(typename V::Reg x, typename V::Reg& n, typename V::Reg& r) {
+  n = V::round(V::mul(x, V::set1(1.44269504088896341f)));
+  r = V::fma(n, V::set1(-0.693359375f), x);
+  r = V::fma(n, V::set1(2.12194440e-4f), r);
+}
+template <class V>
+inline typename V::Reg exp_polynomial_impl(typename V::Reg r) {
+  typename V::Reg p = V::set1(1.9875691500e-4f);
+  p = V::fma(p, r, V::set1(1.3981999507e-3f));
+  p = V::fma(p, r, V::set1(8.3334519073e-3f));
+  p = V::fma(p, r, V::set1(4.1665795894e-2f));
+  p = V::fma(p, r, V::set1(1.6666665459e-1f));
+  p = V::fma(p, r, V::set1(5.0000001201e-1f));
+  return V::add(V::fma(V::mul(p, r), r, r), V::set1(1.0f));
+}
+#endif
 
 #if HLLM_ISA_LEVEL == 2
 
@@ -37,6 +59,20 @@ struct VecF32 {
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
   static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  static Reg div(Reg a, Reg b) { return _mm512_div_ps(a, b); }
+  static Reg round(Reg a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT); }
+  static void exp_reduce(Reg x, Reg& n, Reg& r) { exp_reduce_impl<VecF32>(x, n, r); }
+  static Reg exp_polynomial(Reg r) { return exp_polynomial_impl<VecF32>(r); }
+  static Reg max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
+  // e^x within ~2 ulp (see exp_reduce_impl); 2^n applied by vscalefps, which rounds to 0 and
+  // overflows to +inf beyond the float range. The clamp keeps the reduction exact (and maps
+  // -inf to 0).
+  static Reg exp(Reg x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, set1(-104.0f)), set1(89.0f));
+    Reg n, r;
+    exp_reduce(x, n, r);
+    return _mm512_scalef_ps(exp_polynomial(r), n);
+  }
   // (Not _mm512_reduce_add_ps: GCC 12's version trips -Wuninitialized in its own header.)
   static float sum(Reg v) {
     v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -85,6 +121,23 @@ struct VecF32 {
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
+  static Reg round(Reg a) {
+    return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static void exp_reduce(Reg x, Reg& n, Reg& r) { exp_reduce_impl<VecF32>(x, n, r); }
+  static Reg exp_polynomial(Reg r) { return exp_polynomial_impl<VecF32>(r); }
+  static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  // e^x within ~2 ulp; x is clamped to [-87.3, 88.7] first (the result's float range), so
+  // 2^n can be built by shifting n into the exponent field.
+  static Reg exp(Reg x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, set1(-87.3f)), set1(88.7f));
+    Reg n, r;
+    exp_reduce(x, n, r);
+    const __m256i pow2n =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(exp_polynomial(r), _mm256_castsi256_ps(pow2n));
+  }
   static float sum(Reg v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -115,6 +168,9 @@ struct VecF32 {
   static Reg fma(Reg a, Reg b, Reg c) { return a * b + c; }
   static Reg add(Reg a, Reg b) { return a + b; }
   static Reg mul(Reg a, Reg b) { return a * b; }
+  static Reg div(Reg a, Reg b) { return a / b; }
+  static Reg max(Reg a, Reg b) { return std::max(a, b); }
+  static Reg exp(Reg x) { return std::exp(x); }
   static float sum(Reg v) { return v; }
 };
 
