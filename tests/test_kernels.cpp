@@ -165,6 +165,33 @@ TEST_P(KernelIsa, AttentionMatchesReference) {
     }
 }
 
+// rows × cols weights of a quantized type: Q8_0/Q4_0 by quantizing random floats; Q4_K/Q6_K as
+// random blocks (every bit pattern is a valid block) with scales d, dmin of about 1/64, so
+// values stay near unit size and every scale, minimum and 6-bit value gets exercised.
+std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, std::size_t cols,
+                                           std::uint32_t seed) {
+  if (type == hllm::DType::q8_0 || type == hllm::DType::q4_0)
+    return hllm::quant::quantize(type, hllm::test::random_vector(rows * cols, seed));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(0.5f / 64, 1.5f / 64);
+  const std::size_t block_bytes =
+      type == hllm::DType::q4_k ? sizeof(hllm::BlockQ4_K) : sizeof(hllm::BlockQ6_K);
+  std::vector<std::byte> bytes(rows * cols / hllm::kQK_K * block_bytes);
+  for (auto& b : bytes) b = static_cast<std::byte>(rng());
+  const std::size_t blocks = rows * cols / hllm::kQK_K;
+  for (std::size_t i = 0; i < blocks; ++i) {
+    if (type == hllm::DType::q4_k) {
+      auto* block = reinterpret_cast<hllm::BlockQ4_K*>(bytes.data()) + i;
+      block->d = hllm::from_float<hllm::f16>(scale(rng));
+      block->dmin = hllm::from_float<hllm::f16>(scale(rng));
+    } else {
+      auto* block = reinterpret_cast<hllm::BlockQ6_K*>(bytes.data()) + i;
+      block->d = hllm::from_float<hllm::f16>(scale(rng) / 16);  // scales reach ±127
+    }
+  }
+  return bytes;
+}
+
 // Quantized weights with 8-bit activations. Two derived bounds:
 //  - against the exact product (reference::matmul: dequantized weights times float32 x), the
 //    activation rounding: each x_i moves by at most d_x/2 (d_x = its block's max|x|/127), so
@@ -174,8 +201,7 @@ TEST_P(KernelIsa, AttentionMatchesReference) {
 template <class Block>
 void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t cols,
                         std::size_t n_tokens, std::uint32_t seed) {
-  const auto w_float = hllm::test::random_vector(rows * cols, seed);
-  const auto bytes = hllm::quant::quantize(type, w_float);
+  const auto bytes = random_weight_bytes(type, rows, cols, seed);
   const hllm::WeightTensor w{type, bytes.data(), rows, cols, "w"};
   const auto x = hllm::test::random_vector(n_tokens * cols, seed + 1);
   std::vector<float> exact(n_tokens * rows), fast(n_tokens * rows, NAN), twin(n_tokens * rows, NAN);
@@ -194,6 +220,7 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
   for (std::size_t b = 0; b < xq.size(); ++b) {
     ASSERT_EQ(xq[b].d, xq_scalar[b].d);
     ASSERT_EQ(xq[b].sum, xq_scalar[b].sum);
+    ASSERT_EQ(xq[b].sum_lo, xq_scalar[b].sum_lo);
     ASSERT_EQ(0, std::memcmp(xq[b].qs, xq_scalar[b].qs, 32));
   }
   const std::size_t split = rows / 2 | 1;
@@ -204,14 +231,24 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
   scalar.quant_matmul_for(type)(bytes.data(), rows, cols, xq.data(), n_tokens, twin.data(), 0,
                                 rows);
 
-  std::vector<float> dequantized(cols);
+  // Q4_K kernels sum s·q·x and min·x apart and subtract at the end, so their float rounding
+  // scales with Σ|s·q·x| + Σ|min·x| <= Σ|w·x| + 2·Σ|min·x|: the minimums are the values of the
+  // same blocks with every nibble zeroed.
+  std::vector<std::byte> zeroed = bytes;
+  if (type == hllm::DType::q4_k)
+    for (std::size_t i = 0; i < rows * cols / hllm::kQK_K; ++i)
+      std::memset(reinterpret_cast<hllm::BlockQ4_K*>(zeroed.data())[i].qs, 0, hllm::kQK_K / 2);
+  const hllm::WeightTensor minimums{type, zeroed.data(), rows, cols, "minimums"};
+  std::vector<float> dequantized(cols), minimum(cols, 0.0f);
   for (std::size_t r = 0; r < rows; ++r) {
     hllm::reference::dequantize_row(w, r, dequantized.data());
+    if (type == hllm::DType::q4_k) hllm::reference::dequantize_row(minimums, r, minimum.data());
     for (std::size_t t = 0; t < n_tokens; ++t) {
       double rounding = 0, sum_abs = 0;
       for (std::size_t c = 0; c < cols; ++c) {
         rounding += std::fabs(dequantized[c]) * xq[t * blocks + c / 32].d / 2;
-        sum_abs += std::fabs(double(dequantized[c]) * x[t * cols + c]);
+        sum_abs += std::fabs(double(dequantized[c]) * x[t * cols + c]) +
+                   2 * std::fabs(double(minimum[c]) * x[t * cols + c]);
       }
       const double float_bound = dot_error_bound(cols, sum_abs + rounding);
       const std::size_t i = t * rows + r;
@@ -239,6 +276,23 @@ TEST_P(KernelIsa, QuantizedMatmulMatchesTwinAndExactWithinDerivedBounds) {
 // Prefill-sized batches take the packed-panel GEMM on VNNI CPUs (16-row panels, 32-block
 // K-chunks, 256-token chunks): shapes that cross each of those boundaries, with row counts that
 // leave a ragged remainder for the tile kernel, and token counts that exercise every tail size.
+// Q4_K and Q6_K: 256-value super-blocks, so columns come in multiples of 256; decode sizes
+// (one row at a time), prefill sizes (packed panels: 32-slice K-chunks hold 4 super-blocks, so
+// 5 super-blocks cross a chunk), ragged row remainders and the 256-token chunk.
+TEST_P(KernelIsa, KQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
+  for (auto [rows, supers, n] : {std::tuple{7u, 1u, 1u},
+                                 {16u, 2u, 3u},
+                                 {37u, 5u, 9u},
+                                 {48u, 3u, 31u},
+                                 {21u, 1u, 270u},
+                                 {64u, 2u, 270u}}) {
+    const std::size_t cols = hllm::kQK_K * supers;
+    const auto seed = static_cast<std::uint32_t>(rows * 3 + supers + n);
+    check_quant_matmul<hllm::BlockQ4_K>(GetParam(), hllm::DType::q4_k, rows, cols, n, seed);
+    check_quant_matmul<hllm::BlockQ6_K>(GetParam(), hllm::DType::q6_k, rows, cols, n, seed);
+  }
+}
+
 TEST_P(KernelIsa, QuantizedPrefillGemmMatchesTwinAcrossPanelAndChunkBoundaries) {
   for (auto [rows, blocks, n] : {std::tuple{16u, 1u, 8u},
                                  {37u, 33u, 31u},

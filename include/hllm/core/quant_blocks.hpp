@@ -60,13 +60,15 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 
 // Activations quantized on the fly for the integer dot products of quantized weights: 32 values
 // x[i] ≈ d * qs[i], with d = max|x| / 127 and qs rounded to nearest (ties to even), plus
-// sum = Σ qs[i] for the weight formats whose values carry an offset or a minimum. (Not a file
-// format: d stays float32, unlike ggml's f16, because nothing is saved.)
+// sum = Σ qs[i] for the weight formats whose values carry an offset or a minimum, and
+// sum_lo = Σ qs[0..15] for Q6_K, whose scales and offsets cover 16 values. (Not a file format:
+// d stays float32, unlike ggml's f16, because nothing is saved.)
 struct BlockQ8Act {
   float d;
   std::int32_t sum;
+  std::int32_t sum_lo;
   std::int8_t qs[32];
 };
-static_assert(sizeof(BlockQ8Act) == 40);
+static_assert(sizeof(BlockQ8Act) == 44);
 
 }  // namespace hllm

@@ -65,7 +65,7 @@ struct KernelTable {
   SiluMulFn silu_mul;
   AttendHeadFn attend_head_f32, attend_head_f16, attend_head_bf16;
   QuantizeFn quantize_activations;
-  QuantMatmulFn matmul_q8_0, matmul_q4_0;
+  QuantMatmulFn matmul_q8_0, matmul_q4_0, matmul_q4_k, matmul_q6_k;
   MatmulFn dequant_q8_0, dequant_q4_0, dequant_q4_1, dequant_q4_k, dequant_q6_k;
   // BF16 weights against activations rounded to bf16 (vdpbf16ps), or nullptr where the CPU has
   // no AVX512-BF16. Not exact: Compute::matmul takes it, matmul_exact never does.
@@ -97,6 +97,8 @@ struct KernelTable {
     switch (type) {
       case DType::q8_0: return matmul_q8_0;
       case DType::q4_0: return matmul_q4_0;
+      case DType::q4_k: return matmul_q4_k;
+      case DType::q6_k: return matmul_q6_k;
       default: return nullptr;
     }
   }
@@ -114,14 +116,14 @@ struct KernelTable {
 }  // namespace hllm::kernels
 
 // quant_ns: where the integer-dot kernels come from (AVX-512 has a VNNI build beside it).
-#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                        \
-  KernelTable {                                                                                \
-    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul, \
-        &ns::attend_head_f32, &ns::attend_head_f16, &ns::attend_head_bf16,                     \
-        &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,             \
-        &ns::matmul_dequant<BlockQ8_0, kQK8_0>, &ns::matmul_dequant<BlockQ4_0, kQK4_0>,        \
-        &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,         \
-        &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr                                         \
+#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                         \
+  KernelTable {                                                                                 \
+    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul,  \
+        &ns::attend_head_f32, &ns::attend_head_f16, &ns::attend_head_bf16,                      \
+        &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,              \
+        &quant_ns::matmul_q4_k, &quant_ns::matmul_q6_k, &ns::matmul_dequant<BlockQ8_0, kQK8_0>, \
+        &ns::matmul_dequant<BlockQ4_0, kQK4_0>, &ns::matmul_dequant<BlockQ4_1, kQK4_1>,         \
+        &ns::matmul_dequant<BlockQ4_K, kQK_K>, &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr   \
   }
 
 #define HLLM_ISA_LEVEL 0
@@ -133,6 +135,7 @@ namespace hllm::kernels::scalar {
 #include "hllm/kernels/matmul_float-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
+#include "hllm/kernels/matmul_kquant-inl.hpp"
 // clang-format on
 }  // namespace hllm::kernels::scalar
 #undef HLLM_ISA_LEVEL
@@ -147,6 +150,7 @@ namespace hllm::kernels::avx2 {
 #include "hllm/kernels/matmul_float-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
+#include "hllm/kernels/matmul_kquant-inl.hpp"
 // clang-format on
 }  // namespace hllm::kernels::avx2
 HLLM_TARGET_END
@@ -161,6 +165,7 @@ namespace hllm::kernels::avx512 {
 #include "hllm/kernels/matmul_float-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
+#include "hllm/kernels/matmul_kquant-inl.hpp"
 // clang-format on
 }  // namespace hllm::kernels::avx512
 HLLM_TARGET_END
@@ -173,6 +178,7 @@ namespace hllm::kernels::avx512_vnni {
 // clang-format off
 #include "hllm/kernels/gemm_vnni-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
+#include "hllm/kernels/matmul_kquant-inl.hpp"
 // clang-format on
 }  // namespace hllm::kernels::avx512_vnni
 HLLM_TARGET_END

@@ -26,23 +26,38 @@ inline constexpr std::size_t kPanelBlocks = 32;  // K-chunk: 1024 weights per ro
 inline constexpr std::size_t kTokenChunk = 256;  // activations of one chunk stay in L2
 inline constexpr std::size_t kPackedMinTokens = 8;
 
-// One 32-weight block of 16 rows: values[k] lane r = row r's weights 4k..4k+3 (unsigned).
+// One 32-weight slice of 16 rows: values[k] lane r = row r's weights 4k..4k+3 (unsigned).
 struct alignas(64) PanelBlock {
   __m512i values[8];
-  __m512 scales;  // [16] row r's d
+  __m512 scales;     // [16] row r's scale (Q6_K: of values 0..15)
+  __m512 scales_hi;  // [16] Q6_K: row r's scale of values 16..31
+  __m512 mins;       // [16] Q4_K: row r's minimum, dmin·m_j
 };
 
+// Integer offset of the unsigned values (value ∝ u − offset): Q4_0 8, Q8_0 128 (flipped while
+// packing), Q6_K 32; Q4_K has a float minimum instead.
 template <class Block>
-inline constexpr std::int32_t kWeightOffset = std::is_same_v<Block, BlockQ4_0> ? 8 : 128;
+inline constexpr std::int32_t kWeightOffset = std::is_same_v<Block, BlockQ4_0>   ? 8
+                                              : std::is_same_v<Block, BlockQ8_0> ? 128
+                                              : std::is_same_v<Block, BlockQ6_K> ? 32
+                                                                                 : 0;
+// 32-value slices per Block.
+template <class Block>
+inline constexpr std::size_t kSlicesPerBlock =
+    std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ6_K> ? 8 : 1;
 
-// Packs blocks [b0, b0 + n) of rows [0, 16) of w (row stride: `blocks` blocks).
+// Byte offsets of the 16 rows' copies of one field (rows are row_blocks·sizeof(Block) apart).
 template <class Block>
-inline void pack_panel(const Block* w, std::size_t blocks, std::size_t b0, std::size_t n,
+inline __m512i panel_row_offsets(std::size_t row_blocks) {
+  return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                            _mm512_set1_epi32(static_cast<int>(row_blocks * sizeof(Block))));
+}
+
+// Packs slices [b0, b0 + n) of rows [0, 16) of w (row stride: `row_blocks` blocks).
+template <class Block>
+inline void pack_panel(const Block* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
                        PanelBlock* out) {
-  // Byte offsets of the 16 rows' copies of one field (rows are blocks·sizeof(Block) apart).
-  const __m512i row_offsets =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int>(blocks * sizeof(Block))));
+  const __m512i row_offsets = panel_row_offsets<Block>(row_blocks);
   for (std::size_t b = 0; b < n; ++b) {
     const Block* first = w + b0 + b;
     PanelBlock& p = out[b];
@@ -65,12 +80,78 @@ inline void pack_panel(const Block* w, std::size_t blocks, std::size_t b0, std::
   }
 }
 
+// Q4_K: slice j of a super-block is the low (j even) or high nibbles of qs[32·(j/2) ..].
+inline void pack_panel(const BlockQ4_K* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
+                       PanelBlock* out) {
+  const __m512i row_offsets = panel_row_offsets<BlockQ4_K>(row_blocks);
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  alignas(64) float scales[16], mins[16];
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::size_t slice = (b0 + b) % 8;
+    const BlockQ4_K* first = w + (b0 + b) / 8;
+    for (std::size_t r = 0; r < kPanelRows; ++r) {
+      const BlockQ4_K& block = first[r * row_blocks];
+      std::uint8_t sc = 0, m = 0;
+      reference::q4_k_scale_min(slice, block.scales, sc, m);
+      scales[r] = _cvtsh_ss(block.d.bits) * sc;
+      mins[r] = _cvtsh_ss(block.dmin.bits) * m;
+    }
+    PanelBlock& p = out[b];
+    p.scales = _mm512_load_ps(scales);
+    p.mins = _mm512_load_ps(mins);
+    const std::uint8_t* qs = first->qs + 32 * (slice / 2);
+    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(4 * (slice & 1)));
+    _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] = _mm512_and_si512(
+        _mm512_srl_epi32(_mm512_i32gather_epi32(row_offsets, qs + 4 * k, 1), shift), mask);
+  }
+}
+
+// Q6_K: slice (h, i) combines ql nibbles and qh bit pairs (reference::q6_k_slice_layout).
+inline void pack_panel(const BlockQ6_K* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
+                       PanelBlock* out) {
+  const __m512i row_offsets = panel_row_offsets<BlockQ6_K>(row_blocks);
+  const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
+  alignas(64) float scales_lo[16], scales_hi[16];
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::size_t slice = (b0 + b) % 8;
+    const BlockQ6_K* first = w + (b0 + b) / 8;
+    for (std::size_t r = 0; r < kPanelRows; ++r) {
+      const BlockQ6_K& block = first[r * row_blocks];
+      const float d = _cvtsh_ss(block.d.bits);
+      scales_lo[r] = d * static_cast<float>(block.scales[2 * slice]);
+      scales_hi[r] = d * static_cast<float>(block.scales[2 * slice + 1]);
+    }
+    PanelBlock& p = out[b];
+    p.scales = _mm512_load_ps(scales_lo);
+    p.scales_hi = _mm512_load_ps(scales_hi);
+    std::size_t ql_offset = 0, qh_offset = 0;
+    int ql_shift = 0, qh_shift = 0;
+    reference::q6_k_slice_layout(slice, ql_offset, ql_shift, qh_offset, qh_shift);
+    const __m128i lshift = _mm_cvtsi32_si128(ql_shift), hshift = _mm_cvtsi32_si128(qh_shift);
+    _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+      const __m512i ql = _mm512_i32gather_epi32(row_offsets, first->ql + ql_offset + 4 * k, 1);
+      const __m512i qh = _mm512_i32gather_epi32(row_offsets, first->qh + qh_offset + 4 * k, 1);
+      p.values[k] = _mm512_or_si512(
+          _mm512_and_si512(_mm512_srl_epi32(ql, lshift), low4),
+          _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(qh, hshift), low2), 4));
+    }
+  }
+}
+
+// The activation group a.qs[4k..4k+3] in every lane (the s8 operand of vpdpbusd).
+inline __m512i broadcast_group(const BlockQ8Act& a, std::size_t k) {
+  std::int32_t group;
+  std::memcpy(&group, a.qs + 4 * k, 4);
+  return _mm512_set1_epi32(group);
+}
+
 // y[j][0..16) (+)= panel · x[j] for kTokens tokens over the panel's n blocks. x: token j's
 // blocks at x + j·x_stride; y: token j's 16 outputs at y + j·y_stride. accumulate: add to y
 // (a later K-chunk continues the sum the earlier one stored, in the same order).
-template <std::size_t kTokens, std::int32_t kOffset>
+template <std::size_t kTokens, class Block>
 inline void panel_tile(const PanelBlock* panel, std::size_t n, const BlockQ8Act* x,
                        std::size_t x_stride, float* y, std::size_t y_stride, bool accumulate) {
+  constexpr std::int32_t kOffset = kWeightOffset<Block>;
   __m512 acc[kTokens];
   _Pragma("GCC unroll 16") for (std::size_t j = 0; j < kTokens; ++j) acc[j] =
       accumulate ? _mm512_loadu_ps(y + j * y_stride) : _mm512_setzero_ps();
@@ -80,19 +161,43 @@ inline void panel_tile(const PanelBlock* panel, std::size_t n, const BlockQ8Act*
     // independent chains in the instruction stream keep it issuing every cycle.
     constexpr std::size_t kChains = kTokens < 4 ? kTokens : 4;
     _Pragma("GCC unroll 16") for (std::size_t j0 = 0; j0 < kTokens; j0 += kChains) {
-      __m512i dot[kChains];
-      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) dot[c] =
-          _mm512_set1_epi32(-kOffset * x[(j0 + c) * x_stride + b].sum);
-      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+      const BlockQ8Act* a[kChains];
+      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) a[c] =
+          &x[(j0 + c) * x_stride + b];
+      if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+        // Two scales per slice: each 16-value half has its own accumulator and offset.
+        __m512i lo[kChains], hi[kChains];
         _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
-          std::int32_t group;
-          std::memcpy(&group, x[(j0 + c) * x_stride + b].qs + 4 * k, 4);
-          dot[c] = _mm512_dpbusd_epi32(dot[c], p.values[k], _mm512_set1_epi32(group));
+          lo[c] = _mm512_set1_epi32(-kOffset * a[c]->sum_lo);
+          hi[c] = _mm512_set1_epi32(-kOffset * (a[c]->sum - a[c]->sum_lo));
         }
-      }
-      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
-        const __m512 scale = _mm512_mul_ps(p.scales, _mm512_set1_ps(x[(j0 + c) * x_stride + b].d));
-        acc[j0 + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[c]), scale, acc[j0 + c]);
+        _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k)
+            _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
+          lo[c] = _mm512_dpbusd_epi32(lo[c], p.values[k], broadcast_group(*a[c], k));
+          hi[c] = _mm512_dpbusd_epi32(hi[c], p.values[k + 4], broadcast_group(*a[c], k + 4));
+        }
+        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
+          const __m512 d = _mm512_set1_ps(a[c]->d);
+          acc[j0 + c] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo[c]), _mm512_mul_ps(p.scales, d), acc[j0 + c]);
+          acc[j0 + c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi[c]), _mm512_mul_ps(p.scales_hi, d),
+                                        acc[j0 + c]);
+        }
+      } else {
+        __m512i dot[kChains];
+        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) dot[c] =
+            _mm512_set1_epi32(-kOffset * a[c]->sum);
+        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k)
+            _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) dot[c] =
+                _mm512_dpbusd_epi32(dot[c], p.values[k], broadcast_group(*a[c], k));
+        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
+          const __m512 d = _mm512_set1_ps(a[c]->d);
+          acc[j0 + c] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[c]), _mm512_mul_ps(p.scales, d), acc[j0 + c]);
+          if constexpr (std::is_same_v<Block, BlockQ4_K>)  // − dmin·m_j · d_x·Σxq
+            acc[j0 + c] = _mm512_fnmadd_ps(
+                p.mins, _mm512_set1_ps(a[c]->d * static_cast<float>(a[c]->sum)), acc[j0 + c]);
+        }
       }
     }
   }
@@ -101,32 +206,32 @@ inline void panel_tile(const PanelBlock* panel, std::size_t n, const BlockQ8Act*
 }
 
 // Tokens [0, n_tokens) of one panel, 16 at a time, the tail in 8/4/2/1 pieces.
-template <std::int32_t kOffset>
+template <class Block>
 inline void panel_tokens(const PanelBlock* panel, std::size_t n, const BlockQ8Act* x,
                          std::size_t x_stride, std::size_t n_tokens, float* y, std::size_t y_stride,
                          bool accumulate) {
   std::size_t t = 0;
   for (; t + 16 <= n_tokens; t += 16)
-    panel_tile<16, kOffset>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
-                            accumulate);
+    panel_tile<16, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                          accumulate);
   if (n_tokens - t >= 8) {
-    panel_tile<8, kOffset>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
-                           accumulate);
+    panel_tile<8, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                         accumulate);
     t += 8;
   }
   if (n_tokens - t >= 4) {
-    panel_tile<4, kOffset>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
-                           accumulate);
+    panel_tile<4, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                         accumulate);
     t += 4;
   }
   if (n_tokens - t >= 2) {
-    panel_tile<2, kOffset>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
-                           accumulate);
+    panel_tile<2, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                         accumulate);
     t += 2;
   }
   if (t < n_tokens)
-    panel_tile<1, kOffset>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
-                           accumulate);
+    panel_tile<1, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                         accumulate);
 }
 
 // Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] for w: [rows][blocks] blocks
@@ -134,6 +239,8 @@ inline void panel_tokens(const PanelBlock* panel, std::size_t n, const BlockQ8Ac
 template <class Block>
 inline void gemm_packed(const Block* w, std::size_t rows, std::size_t blocks, const BlockQ8Act* x,
                         std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t groups) {
+  static_assert(kPanelBlocks % kSlicesPerBlock<Block> == 0, "K-chunks hold whole blocks");
+  const std::size_t row_blocks = blocks / kSlicesPerBlock<Block>;
   PanelBlock panel[kPanelBlocks];
   for (std::size_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
     const std::size_t chunk = std::min(kTokenChunk, n_tokens - t0);
@@ -141,9 +248,9 @@ inline void gemm_packed(const Block* w, std::size_t rows, std::size_t blocks, co
       const std::size_t r = row_begin + g * kPanelRows;
       for (std::size_t b0 = 0; b0 < blocks; b0 += kPanelBlocks) {
         const std::size_t n = std::min(kPanelBlocks, blocks - b0);
-        pack_panel(w + r * blocks, blocks, b0, n, panel);
-        panel_tokens<kWeightOffset<Block>>(panel, n, x + t0 * blocks + b0, blocks, chunk,
-                                           y + t0 * rows + r, rows, b0 > 0);
+        pack_panel(w + r * row_blocks, row_blocks, b0, n, panel);
+        panel_tokens<Block>(panel, n, x + t0 * blocks + b0, blocks, chunk, y + t0 * rows + r, rows,
+                            b0 > 0);
       }
     }
   }

@@ -29,7 +29,8 @@ inline void quantize_activations(const float* x, std::size_t n, BlockQ8Act* out)
     const __m512i qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inv));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q.qs), _mm512_cvtepi32_epi8(qlo));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q.qs + 16), _mm512_cvtepi32_epi8(qhi));
-    q.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
+    q.sum_lo = _mm512_reduce_add_epi32(qlo);
+    q.sum = q.sum_lo + _mm512_reduce_add_epi32(qhi);
 #else
     float amax = 0.0f;
     for (std::size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
@@ -40,6 +41,7 @@ inline void quantize_activations(const float* x, std::size_t n, BlockQ8Act* out)
       const auto v = static_cast<std::int32_t>(std::nearbyint(xb[i] * inv));
       q.qs[i] = static_cast<std::int8_t>(v);
       sum += v;
+      if (i == 15) q.sum_lo = sum;
     }
     q.sum = sum;
 #endif

@@ -79,6 +79,19 @@ inline void q4_k_scale_min(std::size_t j, const std::uint8_t* q, std::uint8_t& s
   }
 }
 
+// Where the 32 values of slice `slice` (0..7) of a Q6_K super-block live (the layout
+// dequantize_block(BlockQ6_K) walks): slice (h, i) = (slice / 4, slice % 4) takes value l from
+// the low (i < 2) or high nibble of ql[64h + 32(i & 1) + l] and bits 2i, 2i + 1 of qh[32h + l];
+// its two 16-value halves use scales[2·slice] and scales[2·slice + 1].
+inline void q6_k_slice_layout(std::size_t slice, std::size_t& ql_offset, int& ql_shift,
+                              std::size_t& qh_offset, int& qh_shift) {
+  const std::size_t h = slice / 4, i = slice % 4;
+  ql_offset = 64 * h + 32 * (i & 1);
+  ql_shift = static_cast<int>(4 * (i >> 1));
+  qh_offset = 32 * h;
+  qh_shift = static_cast<int>(2 * i);
+}
+
 inline void dequantize_block(const BlockQ4_K& b, float* out) {
   const float d = to_float(b.d), dmin = to_float(b.dmin);
   const std::uint8_t* q = b.qs;

@@ -1,0 +1,152 @@
+// Q4_K and Q6_K weights against on-the-fly 8-bit activations, compiled per ISA after
+// matmul_quant-inl.hpp (whose primitives it uses). No include guard, by design.
+//
+// Both formats pack 256 values into a super-block with per-sub-block scales:
+//   Q4_K: 8 sub-blocks of 32, value = d·sc_j·q − dmin·m_j (q a nibble, sc/m 6-bit);
+//   Q6_K: 16 sub-blocks of 16, value = d·sc_j·(q − 32) (q 6-bit, sc signed 8-bit).
+// Activation blocks hold 32 values, so one 32-value slice of a super-block meets one activation
+// block: its integer dot Σq·xq is exact, the Q4_K minimum comes back through the block's sum
+// (−dmin·m_j·Σxq) and the Q6_K offset through the sums of its two 16-value halves (sum_lo and
+// sum − sum_lo). The float steps per slice: x_d·(s·dot − min·sum) in the order the scalar twin
+// uses.
+
+#if HLLM_ISA_LEVEL >= 1
+
+// One weight row (`supers` super-blocks) against one token's activation blocks (decode).
+inline float kquant_row(const BlockQ4_K* w, const BlockQ8Act* x, std::size_t supers) {
+  // Four accumulators (one per 64-value group) so consecutive FMAs do not wait on each other.
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  float minimum = 0.0f;
+  for (std::size_t s = 0; s < supers; ++s) {
+    const BlockQ4_K& b = w[s];
+    const float d = scale_of(b.d), dmin = scale_of(b.dmin);
+    _Pragma("GCC unroll 4") for (std::size_t g = 0; g < 4; ++g) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * g));
+      const __m256i mask = _mm256_set1_epi8(0x0f);
+      const __m256i halves[2] = {_mm256_and_si256(bytes, mask),
+                                 _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask)};
+      _Pragma("GCC unroll 2") for (std::size_t half = 0; half < 2; ++half) {
+        const std::size_t j = 2 * g + half;
+        const BlockQ8Act& a = x[8 * s + j];
+        std::uint8_t sc = 0, m = 0;
+        reference::q4_k_scale_min(j, b.scales, sc, m);
+        const __m256i dot = dot_u8s8(_mm256_setzero_si256(), halves[half], load_act(a));
+        acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(a.d * (d * sc)), acc[g]);
+        minimum += a.d * (dmin * m) * static_cast<float>(a.sum);
+      }
+    }
+  }
+  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) -
+         minimum;
+}
+
+inline float kquant_row(const BlockQ6_K* w, const BlockQ8Act* x, std::size_t supers) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
+  for (std::size_t s = 0; s < supers; ++s) {
+    const BlockQ6_K& b = w[s];
+    const float d = scale_of(b.d);
+    _Pragma("GCC unroll 8") for (std::size_t slice = 0; slice < 8; ++slice) {
+      std::size_t ql_offset = 0, qh_offset = 0;
+      int ql_shift = 0, qh_shift = 0;
+      reference::q6_k_slice_layout(slice, ql_offset, ql_shift, qh_offset, qh_shift);
+      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + ql_offset));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + qh_offset));
+      const __m256i q = _mm256_or_si256(
+          _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(ql_shift)), low4),
+          _mm256_slli_epi16(
+              _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(qh_shift)), low2), 4));
+      const BlockQ8Act& a = x[8 * s + slice];
+      // Lanes 0-3 sum values 0..15 (scale 2·slice), lanes 4-7 values 16..31 (2·slice + 1); each
+      // half starts at its −32·Σxq.
+      const __m256i start =
+          _mm256_setr_epi32(-32 * a.sum_lo, 0, 0, 0, -32 * (a.sum - a.sum_lo), 0, 0, 0);
+      const __m256i dot = dot_u8s8(start, q, load_act(a));
+      const float lo = a.d * (d * static_cast<float>(b.scales[2 * slice]));
+      const float hi = a.d * (d * static_cast<float>(b.scales[2 * slice + 1]));
+      acc[slice & 3] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                          _mm256_setr_m128(_mm_set1_ps(lo), _mm_set1_ps(hi)), acc[slice & 3]);
+    }
+  }
+  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+#else  // scalar twin: the same integer dots and the same float steps, value by value
+
+inline float kquant_row(const BlockQ4_K* w, const BlockQ8Act* x, std::size_t supers) {
+  float acc = 0.0f, minimum = 0.0f;
+  for (std::size_t s = 0; s < supers; ++s) {
+    const BlockQ4_K& b = w[s];
+    const float d = to_float(b.d), dmin = to_float(b.dmin);
+    for (std::size_t j = 0; j < 8; ++j) {
+      const BlockQ8Act& a = x[8 * s + j];
+      std::uint8_t sc = 0, m = 0;
+      reference::q4_k_scale_min(j, b.scales, sc, m);
+      const std::uint8_t* q = b.qs + 32 * (j / 2);
+      const int shift = static_cast<int>(4 * (j & 1));
+      std::int32_t dot = 0;
+      for (std::size_t l = 0; l < 32; ++l) dot += ((q[l] >> shift) & 0x0f) * a.qs[l];
+      acc += static_cast<float>(dot) * (a.d * (d * sc));
+      minimum += a.d * (dmin * m) * static_cast<float>(a.sum);
+    }
+  }
+  return acc - minimum;
+}
+
+inline float kquant_row(const BlockQ6_K* w, const BlockQ8Act* x, std::size_t supers) {
+  float acc = 0.0f;
+  for (std::size_t s = 0; s < supers; ++s) {
+    const BlockQ6_K& b = w[s];
+    const float d = to_float(b.d);
+    for (std::size_t slice = 0; slice < 8; ++slice) {
+      std::size_t ql_offset = 0, qh_offset = 0;
+      int ql_shift = 0, qh_shift = 0;
+      reference::q6_k_slice_layout(slice, ql_offset, ql_shift, qh_offset, qh_shift);
+      const BlockQ8Act& a = x[8 * s + slice];
+      std::int32_t dot[2] = {-32 * a.sum_lo, -32 * (a.sum - a.sum_lo)};
+      for (std::size_t l = 0; l < 32; ++l) {
+        const int q = ((b.ql[ql_offset + l] >> ql_shift) & 0x0f) |
+                      (((b.qh[qh_offset + l] >> qh_shift) & 0x03) << 4);
+        dot[l / 16] += q * a.qs[l];
+      }
+      acc += static_cast<float>(dot[0]) * (a.d * (d * static_cast<float>(b.scales[2 * slice])));
+      acc += static_cast<float>(dot[1]) * (a.d * (d * static_cast<float>(b.scales[2 * slice + 1])));
+    }
+  }
+  return acc;
+}
+
+#endif
+
+// w: [rows][cols/256] super-blocks, x: [n_tokens][cols/32] activation blocks, y: [n_tokens][rows];
+// rows [row_begin, row_end).
+template <class Block>
+inline void matmul_kquant(const void* weights, std::size_t rows, std::size_t cols,
+                          const BlockQ8Act* x, std::size_t n_tokens, float* y,
+                          std::size_t row_begin, std::size_t row_end) {
+  const Block* w = static_cast<const Block*>(weights);
+  const std::size_t supers = cols / kQK_K, blocks = cols / 32;
+#if HLLM_QUANT_VNNI
+  if (n_tokens >= kPackedMinTokens) {
+    const std::size_t groups = (row_end - row_begin) / kPanelRows;
+    gemm_packed(w, rows, blocks, x, n_tokens, y, row_begin, groups);
+    row_begin += groups * kPanelRows;
+  }
+#endif
+  for (std::size_t t = 0; t < n_tokens; ++t)
+    for (std::size_t r = row_begin; r < row_end; ++r)
+      y[t * rows + r] = kquant_row(w + r * supers, x + t * blocks, supers);
+}
+inline void matmul_q4_k(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                        std::size_t n_tokens, float* y, std::size_t row_begin,
+                        std::size_t row_end) {
+  matmul_kquant<BlockQ4_K>(w, rows, cols, x, n_tokens, y, row_begin, row_end);
+}
+inline void matmul_q6_k(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                        std::size_t n_tokens, float* y, std::size_t row_begin,
+                        std::size_t row_end) {
+  matmul_kquant<BlockQ6_K>(w, rows, cols, x, n_tokens, y, row_begin, row_end);
+}
