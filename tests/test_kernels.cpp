@@ -125,6 +125,43 @@ TEST_P(KernelIsa, SiluMulMatchesReference) {
         << "gate " << gate[i] << " up " << up[i];
 }
 
+// RoPE: each output is a·c ∓ b·s; the vector kernels may fuse one product into the final
+// rounding (vfmaddsub), so the two sides differ by at most 2 ulp of |a·c| + |b·s|. Both layouts,
+// full and partial rotation, ragged pair counts.
+TEST_P(KernelIsa, RopeMatchesReference) {
+  const auto& table = hllm::kernels::table_for(GetParam());
+  for (auto layout : {hllm::RopeLayout::interleaved, hllm::RopeLayout::neox})
+    for (auto [head_dim, rot_dims] :
+         {std::pair{64u, 64u}, {128u, 128u}, {80u, 40u}, {10u, 6u}, {6u, 2u}, {34u, 34u}}) {
+      const std::size_t n_heads = 3, half = rot_dims / 2;
+      const auto x = hllm::test::random_vector(n_heads * head_dim, head_dim + rot_dims);
+      const auto angle = hllm::test::random_vector(half, rot_dims);
+      std::vector<float> cos(half), sin(half);
+      for (std::size_t i = 0; i < half; ++i)
+        cos[i] = std::cos(angle[i]), sin[i] = std::sin(angle[i]);
+      auto expected = x, actual = x;
+      hllm::reference::rope(expected.data(), n_heads, head_dim, rot_dims, layout, cos.data(),
+                            sin.data());
+      table.rope(actual.data(), n_heads, head_dim, rot_dims, layout, cos.data(), sin.data());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const std::size_t d = i % head_dim;
+        if (d >= rot_dims) {
+          ASSERT_EQ(actual[i], x[i]) << "unrotated dimension " << d << " changed";
+          continue;
+        }
+        const std::size_t pair = layout == hllm::RopeLayout::interleaved ? d / 2 : d % half;
+        const std::size_t a = layout == hllm::RopeLayout::interleaved ? (i & ~std::size_t{1})
+                                                                      : i - (d >= half ? half : 0);
+        const std::size_t b = layout == hllm::RopeLayout::interleaved ? a + 1 : a + half;
+        const double bound =
+            std::ldexp(2.0, -24) * (std::fabs(x[a] * cos[pair]) + std::fabs(x[b] * sin[pair]) +
+                                    std::fabs(x[a] * sin[pair]) + std::fabs(x[b] * cos[pair]));
+        ASSERT_NEAR(actual[i], expected[i], bound)
+            << hllm::to_string(GetParam()) << " head_dim " << head_dim << " rot " << rot_dims;
+      }
+    }
+}
+
 TEST_P(KernelIsa, RmsNormMatchesReference) {
   const auto& table = hllm::kernels::table_for(GetParam());
   for (std::size_t n : {1u, 5u, 16u, 17u, 63u, 256u, 2049u}) {
@@ -163,6 +200,29 @@ TEST_P(KernelIsa, AttentionMatchesReference) {
       check_attention<hllm::f16>(GetParam(), n_keys, head_dim);
       check_attention<hllm::bf16>(GetParam(), n_keys, head_dim);
     }
+}
+
+// Query heads sharing a KV head, attended together (the tiled kernel for group sizes 1, 2, 4, 8
+// and head_dim a multiple of 16; one head at a time otherwise), against the reference one head
+// at a time: same bound as above. Key counts around the 16-key tile.
+TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
+  for (std::size_t group : {1u, 2u, 3u, 4u, 8u})
+    for (std::size_t n_keys : {1u, 15u, 16u, 17u, 100u})
+      for (std::size_t head_dim : {16u, 20u, 64u, 128u}) {
+        const auto q = hllm::test::random_vector(group * head_dim, 15);
+        const auto k = to_type<hllm::f16>(hllm::test::random_vector(n_keys * head_dim, 16));
+        const auto v = to_type<hllm::f16>(hllm::test::random_vector(n_keys * head_dim, 17));
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        std::vector<float> expected(group * head_dim), actual(group * head_dim);
+        for (std::size_t g = 0; g < group; ++g)
+          hllm::reference::attend_head(q.data() + g * head_dim, k.data(), v.data(), n_keys,
+                                       head_dim, scale, expected.data() + g * head_dim);
+        hllm::kernels::table_for(GetParam()).attend_group_for<hllm::f16>()(
+            q.data(), k.data(), v.data(), n_keys, head_dim, group, scale, actual.data());
+        EXPECT_TRUE(hllm::test::all_close(actual, expected, 1e-5f))
+            << hllm::to_string(GetParam()) << " group " << group << " keys " << n_keys
+            << " head_dim " << head_dim;
+      }
 }
 
 // rows × cols weights of a quantized type: Q8_0/Q4_0 by quantizing random floats; Q4_K/Q6_K as

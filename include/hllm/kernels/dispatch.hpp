@@ -52,18 +52,28 @@ using QuantizeFn = void (*)(const float* x, std::size_t n, BlockQ8Act* out);
 // x, weight, out: [n]
 using RmsNormFn = void (*)(const float* x, const float* weight, std::size_t n, float eps,
                            float* out);
+// RoPE in place: x: [n_heads][head_dim], the first rot_dims of each head rotated by the
+// angles' cos, sin: [rot_dims/2] (see reference::rope).
+using RopeFn = void (*)(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t rot_dims,
+                        RopeLayout layout, const float* cos, const float* sin);
 // out[i] = silu(gate[i]) · up[i].   gate, up, out: [n]
 using SiluMulFn = void (*)(const float* gate, const float* up, std::size_t n, float* out);
 // q: [head_dim], keys, values: [n_keys][head_dim] of the cache's element type, out: [head_dim]
 using AttendHeadFn = void (*)(const float* q, const void* keys, const void* values,
                               std::size_t n_keys, std::size_t head_dim, float scale, float* out);
+// `group` query heads that share one KV head: q, out: [group][head_dim].
+using AttendGroupFn = void (*)(const float* q, const void* keys, const void* values,
+                               std::size_t n_keys, std::size_t head_dim, std::size_t group,
+                               float scale, float* out);
 
 struct KernelTable {
   Isa isa;
   MatmulFn matmul_f32, matmul_f16, matmul_bf16;
   RmsNormFn rms_norm;
   SiluMulFn silu_mul;
+  RopeFn rope;
   AttendHeadFn attend_head_f32, attend_head_f16, attend_head_bf16;
+  AttendGroupFn attend_group_f32, attend_group_f16, attend_group_bf16;
   QuantizeFn quantize_activations;
   QuantMatmulFn matmul_q8_0, matmul_q4_0, matmul_q4_k, matmul_q6_k;
   MatmulFn dequant_q8_0, dequant_q4_0, dequant_q4_1, dequant_q4_k, dequant_q6_k;
@@ -103,6 +113,15 @@ struct KernelTable {
     }
   }
   template <class KV>
+  AttendGroupFn attend_group_for() const noexcept {
+    if constexpr (std::is_same_v<KV, f16>)
+      return attend_group_f16;
+    else if constexpr (std::is_same_v<KV, bf16>)
+      return attend_group_bf16;
+    else
+      return attend_group_f32;
+  }
+  template <class KV>
   AttendHeadFn attend_head_for() const noexcept {
     if constexpr (std::is_same_v<KV, f16>)
       return attend_head_f16;
@@ -119,7 +138,8 @@ struct KernelTable {
 #define HLLM_KERNEL_TABLE(ns, quant_ns)                                                         \
   KernelTable {                                                                                 \
     Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul,  \
-        &ns::attend_head_f32, &ns::attend_head_f16, &ns::attend_head_bf16,                      \
+        &ns::rope, &ns::attend_head_f32, &ns::attend_head_f16, &ns::attend_head_bf16,           \
+        &ns::attend_group_f32, &ns::attend_group_f16, &ns::attend_group_bf16,                   \
         &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,              \
         &quant_ns::matmul_q4_k, &quant_ns::matmul_q6_k, &ns::matmul_dequant<BlockQ8_0, kQK8_0>, \
         &ns::matmul_dequant<BlockQ4_0, kQK4_0>, &ns::matmul_dequant<BlockQ4_1, kQK4_1>,         \

@@ -37,6 +37,50 @@ inline void silu_mul(const float* gate, const float* up, std::size_t n, float* o
   if (i < n) V::store(out + i, silu_times(V::load(gate + i, n - i), V::load(up + i, n - i)), n - i);
 }
 
+// RoPE over n_heads heads of head_dim values, the first rot_dims of each rotated (see
+// reference::rope): each pair (a, b) becomes (a·cos − b·sin, a·sin + b·cos). cos, sin:
+// [rot_dims/2]. Interleaved pairs are adjacent lanes: vfmaddsub does the − on even lanes and the
+// + on odd ones against the pair-swapped vector, with cos and sin duplicated per pair.
+inline void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t rot_dims,
+                 RopeLayout layout, const float* cos, const float* sin) {
+#if HLLM_ISA_LEVEL == 0
+  reference::rope(x, n_heads, head_dim, rot_dims, layout, cos, sin);
+#else
+  using V = VecF32;
+  const std::size_t half = rot_dims / 2;
+  for (std::size_t h = 0; h < n_heads; ++h) {
+    float* head = x + h * head_dim;
+    if (layout == RopeLayout::neox) {
+      for (std::size_t i = 0; i < half; i += V::lanes) {
+        const std::size_t n = std::min(V::lanes, half - i);
+        const typename V::Reg a = V::load(head + i, n), b = V::load(head + half + i, n);
+        const typename V::Reg c = V::load(cos + i, n), s = V::load(sin + i, n);
+        V::store(head + i, V::sub(V::mul(a, c), V::mul(b, s)), n);
+        V::store(head + half + i, V::add(V::mul(a, s), V::mul(b, c)), n);
+      }
+      continue;
+    }
+    constexpr std::size_t kPairs = V::lanes / 2;
+    for (std::size_t i = 0; i < half; i += kPairs) {
+      const std::size_t pairs = std::min(kPairs, half - i);
+      const typename V::Reg v = V::load(head + 2 * i, 2 * pairs);
+#if HLLM_ISA_LEVEL == 2
+      const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+      const __m512 c = _mm512_permutexvar_ps(twice, V::load(cos + i, pairs));
+      const __m512 s = _mm512_permutexvar_ps(twice, V::load(sin + i, pairs));
+      const __m512 rotated = _mm512_fmaddsub_ps(v, c, _mm512_mul_ps(_mm512_permute_ps(v, 0xb1), s));
+#else
+      const __m256i twice = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+      const __m256 c = _mm256_permutevar8x32_ps(V::load(cos + i, pairs), twice);
+      const __m256 s = _mm256_permutevar8x32_ps(V::load(sin + i, pairs), twice);
+      const __m256 rotated = _mm256_fmaddsub_ps(v, c, _mm256_mul_ps(_mm256_permute_ps(v, 0xb1), s));
+#endif
+      V::store(head + 2 * i, rotated, 2 * pairs);
+    }
+  }
+#endif
+}
+
 // scores[j] = e^(scores[j] − max) for j < count (count <= 32).
 inline void exp_shifted(float* scores, std::size_t count, float max) {
   using V = VecF32;
@@ -106,6 +150,113 @@ inline void attend_head(const float* q, const KV* keys, const KV* values, std::s
     const float inv = 1.0f / running_sum;
     for (std::size_t d = 0; d < head_dim; ++d) out[d] *= inv;
   }
+}
+
+#if HLLM_ISA_LEVEL == 2
+// G query heads that share one KV head (GQA), against the same n_keys keys and values: the
+// keys and values are read once for all G, and 16 keys at a time are transposed (16·head_dim
+// values → head_dim vectors of 16 keys) so each query's 16 scores come from head_dim FMAs with
+// no horizontal sums; softmax runs on the 16-lane score vectors and the value pass keeps G
+// accumulators per 16 dimensions in registers. Same online softmax as attend_head.
+// q: [G][head_dim], keys, values: [n_keys][head_dim], out: [G][head_dim]; head_dim % 16 == 0.
+template <std::size_t G, class KV>
+inline void attend_group_tiles(const float* q, const KV* keys, const KV* values, std::size_t n_keys,
+                               std::size_t head_dim, float scale, float* out) {
+  constexpr std::size_t kKeys = 16;
+  alignas(64) float key_columns[256 * kKeys];  // [head_dim][16 keys], head_dim <= 256
+  alignas(64) float p[G][kKeys];
+  float running_max[G], running_sum[G], correction[G];
+  for (std::size_t g = 0; g < G; ++g) {
+    running_max[g] = -std::numeric_limits<float>::infinity();
+    running_sum[g] = 0.0f;
+  }
+  std::fill(out, out + G * head_dim, 0.0f);
+  for (std::size_t start = 0; start < n_keys; start += kKeys) {
+    const std::size_t count = std::min(kKeys, n_keys - start);
+    const __mmask16 valid = VecF32::mask(count);
+    // Transpose the tile's keys: key_columns[d][j] = keys[start + j][d].
+    for (std::size_t d0 = 0; d0 < head_dim; d0 += 16) {
+      __m512 r[16];
+      _Pragma("GCC unroll 16") for (std::size_t j = 0; j < 16; ++j) r[j] =
+          j < count ? VecF32::load(keys + (start + j) * head_dim + d0) : _mm512_setzero_ps();
+      transpose16x16(r);
+      _Pragma("GCC unroll 16") for (std::size_t k = 0; k < 16; ++k)
+          _mm512_store_ps(key_columns + (d0 + k) * kKeys, r[k]);
+    }
+    _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) {
+      const float* qg = q + g * head_dim;
+      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+      for (std::size_t d = 0; d < head_dim; d += 2) {
+        s0 = _mm512_fmadd_ps(_mm512_set1_ps(qg[d]), _mm512_load_ps(key_columns + d * kKeys), s0);
+        s1 = _mm512_fmadd_ps(_mm512_set1_ps(qg[d + 1]),
+                             _mm512_load_ps(key_columns + (d + 1) * kKeys), s1);
+      }
+      const __m512 scores =
+          _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid,
+                             _mm512_mul_ps(_mm512_add_ps(s0, s1), _mm512_set1_ps(scale)));
+      const float new_max = std::max(running_max[g], _mm512_reduce_max_ps(scores));
+      correction[g] = std::exp(running_max[g] - new_max);
+      const __m512 e =
+          _mm512_maskz_mov_ps(valid, VecF32::exp(_mm512_sub_ps(scores, _mm512_set1_ps(new_max))));
+      _mm512_store_ps(p[g], e);
+      running_sum[g] = running_sum[g] * correction[g] + VecF32::sum(e);
+      running_max[g] = new_max;
+    }
+    // out[g] = out[g]·correction[g] + Σ_j p[g][j]·v_j, 16 dimensions at a time.
+    for (std::size_t d0 = 0; d0 < head_dim; d0 += 16) {
+      __m512 o[G];
+      _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) o[g] =
+          _mm512_mul_ps(_mm512_loadu_ps(out + g * head_dim + d0), _mm512_set1_ps(correction[g]));
+      for (std::size_t j = 0; j < count; ++j) {
+        const __m512 v = VecF32::load(values + (start + j) * head_dim + d0);
+        _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) o[g] =
+            _mm512_fmadd_ps(_mm512_set1_ps(p[g][j]), v, o[g]);
+      }
+      _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g)
+          _mm512_storeu_ps(out + g * head_dim + d0, o[g]);
+    }
+  }
+  for (std::size_t g = 0; g < G; ++g)
+    if (running_sum[g] > 0.0f) {
+      const float inv = 1.0f / running_sum[g];
+      for (std::size_t d = 0; d < head_dim; ++d) out[g * head_dim + d] *= inv;
+    }
+}
+#endif
+
+// `group` query heads sharing one KV head: q, out: [group][head_dim], keys, values:
+// [n_keys][head_dim]. The tiled kernel above where it applies, else one head at a time.
+template <class KV>
+inline void attend_group(const float* q, const KV* keys, const KV* values, std::size_t n_keys,
+                         std::size_t head_dim, std::size_t group, float scale, float* out) {
+#if HLLM_ISA_LEVEL == 2
+  if (head_dim % 16 == 0 && head_dim <= 256) {
+    switch (group) {
+      case 1: return attend_group_tiles<1>(q, keys, values, n_keys, head_dim, scale, out);
+      case 2: return attend_group_tiles<2>(q, keys, values, n_keys, head_dim, scale, out);
+      case 4: return attend_group_tiles<4>(q, keys, values, n_keys, head_dim, scale, out);
+      case 8: return attend_group_tiles<8>(q, keys, values, n_keys, head_dim, scale, out);
+      default: break;
+    }
+  }
+#endif
+  for (std::size_t g = 0; g < group; ++g)
+    attend_head(q + g * head_dim, keys, values, n_keys, head_dim, scale, out + g * head_dim);
+}
+
+inline void attend_group_f32(const float* q, const void* k, const void* v, std::size_t n,
+                             std::size_t d, std::size_t group, float scale, float* out) {
+  attend_group(q, static_cast<const float*>(k), static_cast<const float*>(v), n, d, group, scale,
+               out);
+}
+inline void attend_group_f16(const float* q, const void* k, const void* v, std::size_t n,
+                             std::size_t d, std::size_t group, float scale, float* out) {
+  attend_group(q, static_cast<const f16*>(k), static_cast<const f16*>(v), n, d, group, scale, out);
+}
+inline void attend_group_bf16(const float* q, const void* k, const void* v, std::size_t n,
+                              std::size_t d, std::size_t group, float scale, float* out) {
+  attend_group(q, static_cast<const bf16*>(k), static_cast<const bf16*>(v), n, d, group, scale,
+               out);
 }
 
 inline void attend_head_f32(const float* q, const void* k, const void* v, std::size_t n,

@@ -91,21 +91,26 @@ class LlamaBlock {
         {&weights_.wq, s.q.data()}, {&weights_.wk, s.k.data()}, {&weights_.wv, s.v.data()}};
     compute.matmul_fused(qkv, s.normed.data(), n_tokens);
     for (std::size_t t = 0; t < n_tokens; ++t) {
-      rope.apply(s.q.data() + t * q_width, n_heads_(), cos + t * half_rot, sin + t * half_rot);
-      rope.apply(s.k.data() + t * kv_width, n_kv_heads_(), cos + t * half_rot, sin + t * half_rot);
+      rope.apply(s.q.data() + t * q_width, n_heads_(), cos + t * half_rot, sin + t * half_rot,
+                 compute.kernels());
+      rope.apply(s.k.data() + t * kv_width, n_kv_heads_(), cos + t * half_rot, sin + t * half_rot,
+                 compute.kernels());
       cache.store(layer_, start + t, s.k.data() + t * kv_width, s.v.data() + t * kv_width);
     }
     // Causality inside the chunk comes for free: token t attends to positions <= start + t,
     // all of which were stored above (store() checked them against the capacity). The
     // (token, head) pairs are independent, so threads split them.
-    const std::size_t n_heads = n_heads_();
+    // Threads split (token, KV head) pairs: the query heads sharing a KV head stay together,
+    // so their keys and values are read once.
+    const std::size_t n_heads = n_heads_(), n_kv = n_kv_heads_(), group = n_heads / n_kv;
     // Work: about 2 · head_dim multiply-adds per visible key per (token, head).
     const std::size_t attention_work = n_tokens * n_heads * head_dim * 2 * (start + n_tokens);
-    compute.split(n_tokens * n_heads, 1, attention_work, [&](std::size_t begin, std::size_t end) {
+    compute.split(n_tokens * n_kv, 1, attention_work, [&](std::size_t begin, std::size_t end) {
       for (std::size_t i = begin; i < end; ++i) {
-        const std::size_t t = i / n_heads, h = i % n_heads;
+        const std::size_t t = i / n_kv, g = i % n_kv;
         attention_.forward_unchecked(s.q.data() + t * q_width, start + t, cache, layer_,
-                                     s.attn.data() + t * q_width, compute.kernels(), h, h + 1);
+                                     s.attn.data() + t * q_width, compute.kernels(), g * group,
+                                     (g + 1) * group);
       }
     });
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());

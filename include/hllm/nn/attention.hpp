@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "hllm/core/error.hpp"
@@ -55,8 +55,8 @@ class Attention {
                float* out, const kernels::KernelTable& kernels = kernels::active(),
                std::size_t head_begin = 0, std::size_t head_end = SIZE_MAX) const {
     if (position >= cache.capacity())
-      throw Error(ErrorKind::out_of_range, "attention: position " + std::to_string(position) +
-                                               " is outside the KV cache");
+      throw Error(ErrorKind::out_of_range,
+                  "attention: position " + std::to_string(position) + " is outside the KV cache");
     forward_unchecked(q, position, cache, layer, out, kernels, head_begin, head_end);
   }
 
@@ -69,11 +69,16 @@ class Attention {
     const std::size_t first = first_visible(position);
     const std::size_t n_keys = position + 1 - first;
     const std::size_t d = shape_.head_dim;
-    const kernels::AttendHeadFn attend = kernels.attend_head_for<KV>();
-    for (std::size_t h = head_begin; h < std::min(head_end, shape_.n_heads); ++h) {
+    // Consecutive heads that share a KV head go to the kernel together (it reads their keys
+    // and values once).
+    const kernels::AttendGroupFn attend = kernels.attend_group_for<KV>();
+    const std::size_t end = std::min(head_end, shape_.n_heads);
+    for (std::size_t h = head_begin; h < end;) {
       const std::size_t kv_head = h / group_;
+      const std::size_t heads = std::min(end, (kv_head + 1) * group_) - h;
       attend(q + h * d, cache.keys(layer, kv_head) + first * d,
-             cache.values(layer, kv_head) + first * d, n_keys, d, scale_, out + h * d);
+             cache.values(layer, kv_head) + first * d, n_keys, d, heads, scale_, out + h * d);
+      h += heads;
     }
   }
 

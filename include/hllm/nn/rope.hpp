@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hllm/core/error.hpp"
+#include "hllm/kernels/dispatch.hpp"
 #include "hllm/kernels/reference.hpp"
 
 namespace hllm {
@@ -88,6 +89,11 @@ class Rope {
   // x: [n_heads][head_dim], rotated in place with precomputed cos/sin of one position.
   void apply(float* x, std::size_t n_heads, const float* cos, const float* sin) const {
     reference::rope(x, n_heads, head_dim_, rot_dims_, layout_, cos, sin);
+  }
+  // The same with a kernel table's vectorized rotation.
+  void apply(float* x, std::size_t n_heads, const float* cos, const float* sin,
+             const kernels::KernelTable& kernels) const {
+    kernels.rope(x, n_heads, head_dim_, rot_dims_, layout_, cos, sin);
   }
 
   // Convenience for one position (allocates; the model uses angles() + apply()).

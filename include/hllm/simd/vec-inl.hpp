@@ -5,8 +5,8 @@
 // any target region).
 //
 // Interface: lanes; zero(); set1(v); load(p) / load(p, n) (first n < lanes elements, the rest 0)
-// from float, f16 or bf16; store(p, v) / store(p, v, n); fma(a, b, c) = a*b + c; add; mul; div;
-// max; exp (vector levels: ~2 ulp, Cephes' polynomial; scalar: std::exp); sum(v).
+// from float, f16 or bf16; store(p, v) / store(p, v, n); fma(a, b, c) = a*b + c; add; sub; mul;
+// div; max; exp (vector levels: ~2 ulp, Cephes' polynomial; scalar: std::exp); sum(v).
 
 #if HLLM_ISA_LEVEL >= 1
 // Shared by the vector exp()s below (Cephes' expf): x = n·ln2 + r with |r| <= ln2/2, ln2 split
@@ -59,6 +59,7 @@ struct VecF32 {
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
   static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
   static Reg div(Reg a, Reg b) { return _mm512_div_ps(a, b); }
   static Reg round(Reg a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT); }
   static void exp_reduce(Reg x, Reg& n, Reg& r) { exp_reduce_impl<VecF32>(x, n, r); }
@@ -121,6 +122,7 @@ struct VecF32 {
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
   static Reg div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
   static Reg round(Reg a) {
     return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -168,6 +170,7 @@ struct VecF32 {
   static Reg fma(Reg a, Reg b, Reg c) { return a * b + c; }
   static Reg add(Reg a, Reg b) { return a + b; }
   static Reg mul(Reg a, Reg b) { return a * b; }
+  static Reg sub(Reg a, Reg b) { return a - b; }
   static Reg div(Reg a, Reg b) { return a / b; }
   static Reg max(Reg a, Reg b) { return std::max(a, b); }
   static Reg exp(Reg x) { return std::exp(x); }
