@@ -34,16 +34,25 @@ std::vector<T> convert(const std::vector<float>& v) {
 // kernels of one ISA (Args: isa (0 scalar reference loop, 1 avx2, 2 avx512), rows, cols,
 // n_tokens). Batch 1 is a matvec and reports weight GB/s; every run reports FLOP/s
 // (2·rows·cols·n per call). "reference" is kernels/reference.hpp's plain loop, the baseline.
+// The Args of the matmul benchmarks: isa, rows, cols, n_tokens. False (and the benchmark
+// skipped) if this CPU cannot run the ISA.
+struct MatmulShape {
+  hllm::Isa isa;
+  std::size_t rows, cols, n;
+};
+bool matmul_shape(benchmark::State& state, MatmulShape& shape) {
+  shape = {static_cast<hllm::Isa>(state.range(0)), static_cast<std::size_t>(state.range(1)),
+           static_cast<std::size_t>(state.range(2)), static_cast<std::size_t>(state.range(3))};
+  if (hllm::cpu_supports(shape.isa)) return true;
+  state.SkipWithError("ISA not supported by this CPU");
+  return false;
+}
+
 template <class T>
 void BM_Matmul(benchmark::State& state) {
-  const auto isa = static_cast<hllm::Isa>(state.range(0));
-  const auto rows = static_cast<std::size_t>(state.range(1));
-  const auto cols = static_cast<std::size_t>(state.range(2));
-  const auto n = static_cast<std::size_t>(state.range(3));
-  if (!hllm::cpu_supports(isa)) {
-    state.SkipWithError("ISA not supported by this CPU");
-    return;
-  }
+  MatmulShape shape;
+  if (!matmul_shape(state, shape)) return;
+  const auto [isa, rows, cols, n] = shape;
   const auto w = convert<T>(random_floats(rows * cols, 1));
   const auto x = random_floats(n * cols, 2);
   std::vector<float> y(n * rows);
@@ -82,14 +91,9 @@ BENCHMARK(BM_Matmul<hllm::bf16>)->Apply(matmul_shapes);
 // weight bytes per second (the file's bytes, scales included) and FLOP/s.
 template <hllm::DType kType>
 void BM_QuantMatmul(benchmark::State& state) {
-  const auto isa = static_cast<hllm::Isa>(state.range(0));
-  const auto rows = static_cast<std::size_t>(state.range(1));
-  const auto cols = static_cast<std::size_t>(state.range(2));
-  const auto n = static_cast<std::size_t>(state.range(3));
-  if (!hllm::cpu_supports(isa)) {
-    state.SkipWithError("ISA not supported by this CPU");
-    return;
-  }
+  MatmulShape shape;
+  if (!matmul_shape(state, shape)) return;
+  const auto [isa, rows, cols, n] = shape;
   const auto& table = hllm::kernels::table_for(isa);
   const auto w = hllm::quant::quantize(kType, random_floats(rows * cols, 1));
   const auto x = random_floats(n * cols, 2);

@@ -217,8 +217,9 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
         for (std::size_t g = 0; g < group; ++g)
           hllm::reference::attend_head(q.data() + g * head_dim, k.data(), v.data(), n_keys,
                                        head_dim, scale, expected.data() + g * head_dim);
-        hllm::kernels::table_for(GetParam()).attend_group_for<hllm::f16>()(
-            q.data(), k.data(), v.data(), n_keys, head_dim, group, scale, actual.data());
+        hllm::kernels::table_for(GetParam())
+            .attend_group_for<hllm::f16>()(q.data(), k.data(), v.data(), n_keys, head_dim, group,
+                                           scale, actual.data());
         EXPECT_TRUE(hllm::test::all_close(actual, expected, 1e-5f))
             << hllm::to_string(GetParam()) << " group " << group << " keys " << n_keys
             << " head_dim " << head_dim;
@@ -333,9 +334,6 @@ TEST_P(KernelIsa, QuantizedMatmulMatchesTwinAndExactWithinDerivedBounds) {
   }
 }
 
-// Prefill-sized batches take the packed-panel GEMM on VNNI CPUs (16-row panels, 32-block
-// K-chunks, 256-token chunks): shapes that cross each of those boundaries, with row counts that
-// leave a ragged remainder for the tile kernel, and token counts that exercise every tail size.
 // Q4_K and Q6_K: 256-value super-blocks, so columns come in multiples of 256; decode sizes
 // (one row at a time), prefill sizes (packed panels: 32-slice K-chunks hold 4 super-blocks, so
 // 5 super-blocks cross a chunk), ragged row remainders and the 256-token chunk.
@@ -353,6 +351,9 @@ TEST_P(KernelIsa, KQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
   }
 }
 
+// Prefill-sized batches take the packed-panel GEMM on VNNI CPUs (16-row panels, 32-block
+// K-chunks, 256-token chunks): shapes that cross each of those boundaries, with row counts that
+// leave a ragged remainder for the tile kernel, and token counts that exercise every tail size.
 TEST_P(KernelIsa, QuantizedPrefillGemmMatchesTwinAcrossPanelAndChunkBoundaries) {
   for (auto [rows, blocks, n] : {std::tuple{16u, 1u, 8u},
                                  {37u, 33u, 31u},
