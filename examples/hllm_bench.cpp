@@ -2,10 +2,17 @@
 //
 //   hllm-bench (-m FILE.gguf | --preset NAME --type TYPE) [-p 512] [-n 128] [-r 3] [-t N]
 //              [--isa scalar|avx2|avx512] [-o md|json]
+//   hllm-bench --preset NAME --type TYPE --save FILE.gguf [--vocab VOCAB.gguf]
 //
-// In the same run it measures this machine's read bandwidth and FP32 FMA peak, and reports each
-// generation figure as a fraction of the bandwidth roofline (every weight byte is read once per
-// token) and each prompt figure as a fraction of the FLOP/s peak.
+// In the same run it measures this machine's read bandwidth and arithmetic peaks (FP32 FMA, and
+// where the CPU has them the int8 VNNI and BF16 dot products), and reports each generation
+// figure as a fraction of the bandwidth roofline (every weight byte is read once per token) and
+// each prompt figure as a fraction of the peak its weight type runs on (Q8_0/Q4_0: int8 dot
+// products; BF16: vdpbf16ps; the rest: FP32 FMA).
+//
+// --save writes the synthetic model (preset + type) as a GGUF file that llama.cpp and
+// ik_llama.cpp load, with a synthetic SentencePiece vocabulary of the preset's size (or the
+// tokenizer of VOCAB.gguf), and exits: the same weights then run in both programs.
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +30,8 @@
 #include "hllm/hllm.hpp"
 #include "hllm/io/gguf_model.hpp"
 
+#include <sys/mman.h>
+
 #if HLLM_X86
 #include <immintrin.h>
 #endif
@@ -35,10 +44,12 @@ const char* kUsage =
     "usage: hllm-bench (-m FILE.gguf | --preset NAME --type f32|f16|bf16|q8_0|q4_0)\n"
     "                  [-p PROMPT_TOKENS=512] [-n GEN_TOKENS=128] [-r REPS=3] [-t THREADS]\n"
     "                  [--isa scalar|avx2|avx512] [-o md|json]\n"
+    "       hllm-bench --preset NAME --type TYPE --save FILE.gguf [--vocab VOCAB.gguf]\n"
+    "  --save writes the synthetic model as GGUF (llama.cpp-loadable) and exits\n"
     "  presets: tinyllama-1.1b, llama-2-7b, llama-3-8b, llama-3.2-1b, mistral-7b, tiny\n";
 
 struct Options {
-  std::string model_path, preset, type = "f32", output = "md";
+  std::string model_path, preset, type = "f32", output = "md", save_path, vocab_path;
   std::size_t prompt_tokens = 512, gen_tokens = 128, reps = 3, threads = 0;
   std::optional<hllm::Isa> isa;
 };
@@ -47,9 +58,30 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Sums n 64-bit words with the widest loads the CPU has: a scalar loop leaves part of the
-// memory bandwidth unused on one core, and the roofline must be the machine's, not the loop's.
+// ---------------------------------------------------------------------------------------------
+// Read bandwidth.
+//
+// The probe used to read ~30 GB/s on the 2-core development VM while decode moved 40-50 GB/s.
+// Loops over the same 1 GiB, 2 threads, best of 12, interleaved (GB/s, two runs minutes apart):
+//   one stream per thread, 4 KiB pages (the old probe)   38   53
+//   8 interleaved streams per thread, 4 KiB pages        50   59
+//   one stream per thread, 2 MiB pages                   66   67
+//   TinyLlama Q8_0 decode, weight bytes per second       52   42
+// and a third run read 35-37 GB/s with every loop. Two things made the difference:
+// - Address translation. In a VM a TLB miss walks two page tables, and one stream over 4 KiB
+//   pages stalls on a walk every 64 cache lines; several streams overlap the walks (decode's
+//   matvec tiles read several rows at once, which is how it beat the probe) and 2 MiB pages
+//   remove them. So the probe reads a buffer advised to use transparent huge pages (before its
+//   first touch; the kernel may refuse, and the output says so) and an ordinary one with the
+//   8-stream loop. 512-bit loads, more accumulators, 2, 4 or 16 streams and software prefetch
+//   1-4 KiB ahead gained nothing over these two.
+// - The VM's bandwidth moves by up to 2x from minute to minute (neighbours on the host), so a
+//   0.2 s probe before the tests can land in a slow spell: it now runs before and after them.
+// The roofline is the best of all: what the memory system gives, not what one loop gets.
 #if HLLM_X86
+constexpr std::size_t kStreams = 8;
+
+// One stream: the thread's slice front to back.
 __attribute__((target("avx2"))) std::uint64_t sum_words_avx2(const std::uint64_t* p,
                                                              std::size_t n) {
   __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
@@ -67,88 +99,337 @@ __attribute__((target("avx2"))) std::uint64_t sum_words_avx2(const std::uint64_t
   for (; i < n; ++i) sum += p[i];
   return sum;
 }
+
+// kStreams streams: the slice as kStreams sub-slices read in lockstep, one cache line of each
+// per step (512-bit loads where the CPU has them), so that kStreams page walks can overlap.
+__attribute__((target("avx512f"))) std::uint64_t sum_streams_avx512(const std::uint64_t* p,
+                                                                    std::size_t n) {
+  const std::size_t len = n / kStreams / 8 * 8;  // words per stream, whole cache lines
+  __m512i acc[kStreams];
+  for (auto& a : acc) a = _mm512_setzero_si512();
+  for (std::size_t i = 0; i < len; i += 8)
+    for (std::size_t s = 0; s < kStreams; ++s)
+      acc[s] = _mm512_add_epi64(acc[s], _mm512_load_si512(p + s * len + i));
+  __m512i total = acc[0];
+  for (std::size_t s = 1; s < kStreams; ++s) total = _mm512_add_epi64(total, acc[s]);
+  std::uint64_t sum = static_cast<std::uint64_t>(_mm512_reduce_add_epi64(total));
+  for (std::size_t i = kStreams * len; i < n; ++i) sum += p[i];
+  return sum;
+}
+
+__attribute__((target("avx2"))) std::uint64_t sum_streams_avx2(const std::uint64_t* p,
+                                                               std::size_t n) {
+  const std::size_t len = n / kStreams / 8 * 8;  // words per stream, whole cache lines
+  __m256i acc[kStreams];
+  for (auto& a : acc) a = _mm256_setzero_si256();
+  for (std::size_t i = 0; i < len; i += 8)
+    for (std::size_t s = 0; s < kStreams; ++s) {
+      const std::uint64_t* q = p + s * len + i;
+      acc[s] = _mm256_add_epi64(
+          acc[s], _mm256_add_epi64(_mm256_load_si256(reinterpret_cast<const __m256i*>(q)),
+                                   _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 4))));
+    }
+  __m256i total = acc[0];
+  for (std::size_t s = 1; s < kStreams; ++s) total = _mm256_add_epi64(total, acc[s]);
+  alignas(32) std::uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
+  std::uint64_t sum = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  for (std::size_t i = kStreams * len; i < n; ++i) sum += p[i];
+  return sum;
+}
 #endif
 
-std::uint64_t sum_words(const std::uint64_t* p, std::size_t n) {
+std::uint64_t sum_words(const std::uint64_t* p, std::size_t n, bool streams) {
 #if HLLM_X86
+  if (streams && hllm::cpu_supports(hllm::Isa::avx512)) return sum_streams_avx512(p, n);
+  if (streams && hllm::cpu_supports(hllm::Isa::avx2)) return sum_streams_avx2(p, n);
   if (hllm::cpu_supports(hllm::Isa::avx2)) return sum_words_avx2(p, n);
 #endif
+  (void)streams;
   std::uint64_t sum = 0;
   for (std::size_t i = 0; i < n; ++i) sum += p[i];
   return sum;
 }
 
-// Best-of-5 read bandwidth over a 1 GiB buffer, all threads reading their own slice.
-double measure_read_bandwidth(hllm::ThreadPool& pool) {
-  const std::size_t n = (std::size_t{1} << 30) / sizeof(std::uint64_t);
-  hllm::AlignedBuffer<std::uint64_t> buffer(n);
-  for (std::size_t i = 0; i < n; i += 512) buffer[i] = i;  // touch every page
-  double best = 0;
-  std::vector<std::uint64_t> sink(pool.size());
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto start = Clock::now();
-    // Slices are multiples of 4096 words, so each starts 32-byte aligned.
-    pool.parallel_for(n, 4096, [&](std::size_t begin, std::size_t end) {
-      sink[begin * pool.size() / n] = sum_words(buffer.data() + begin, end - begin);
-    });
-    best = std::max(best, double(n * sizeof(std::uint64_t)) / seconds(start, Clock::now()));
-  }
-  return best;
+// The process's AnonHugePages (bytes), from /proc/self/smaps_rollup; 0 where unknown.
+std::size_t anon_huge_bytes() {
+  std::FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  std::size_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "AnonHugePages: %zu kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
 }
 
-#if HLLM_X86
-// Independent FMA chains, enough to cover the FMA latency × issue width of current cores.
-__attribute__((target("avx512f"))) double fma_loop_avx512(std::size_t iterations) {
-  __m512 acc[12];
-  for (auto& a : acc) a = _mm512_set1_ps(1.0f);
-  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  for (std::size_t i = 0; i < iterations; ++i)
-    for (auto& a : acc) a = _mm512_fmadd_ps(a, m, c);
-  float sum = 0;
-  for (auto& a : acc) sum += _mm512_cvtss_f32(a);
-  return sum;
+// An anonymous mapping for the probe; with `huge`, 2 MiB-aligned and advised to use transparent
+// huge pages before its first touch (the advice only affects pages not yet faulted in).
+class ProbeBuffer {
+ public:
+  ProbeBuffer(std::size_t bytes, bool huge) : size_(bytes + kHuge) {
+    void* base = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+      throw hllm::Error(hllm::ErrorKind::capacity, "cannot map the bandwidth probe's buffer");
+    base_ = base;
+    auto address = reinterpret_cast<std::uintptr_t>(base);
+    words_ = reinterpret_cast<std::uint64_t*>((address + kHuge - 1) / kHuge * kHuge);
+#ifdef MADV_HUGEPAGE
+    if (huge) ::madvise(words_, bytes, MADV_HUGEPAGE);  // advice: failure just means 4 KiB pages
+#else
+    (void)huge;
+#endif
+    const std::size_t before = anon_huge_bytes();
+    for (std::size_t i = 0; i < bytes / sizeof(std::uint64_t); i += 512) words_[i] = i;
+    huge_bytes_ = anon_huge_bytes() - std::min(before, anon_huge_bytes());
+  }
+  ~ProbeBuffer() { ::munmap(base_, size_); }
+  ProbeBuffer(const ProbeBuffer&) = delete;
+  ProbeBuffer& operator=(const ProbeBuffer&) = delete;
+
+  const std::uint64_t* data() const noexcept { return words_; }
+  std::size_t huge_bytes() const noexcept { return huge_bytes_; }
+
+ private:
+  static constexpr std::size_t kHuge = std::size_t{2} << 20;
+  void* base_ = nullptr;
+  std::size_t size_ = 0;
+  std::uint64_t* words_ = nullptr;
+  std::size_t huge_bytes_ = 0;
+};
+
+struct Bandwidth {
+  double best = 0;    // bytes/s: the roofline
+  double small = 0;   // bytes/s with 4 KiB pages (where decode's weights usually live)
+  bool huge = false;  // whether the kernel gave the huge-page buffer 2 MiB pages
+
+  void merge(const Bandwidth& o) {
+    best = std::max(best, o.best);
+    small = std::max(small, o.small);
+    huge = huge || o.huge;
+  }
+};
+
+// Best-of-5 read bandwidth over 1 GiB buffers (far beyond any cache), all threads reading their
+// own slice: the 8-stream loop over a 4 KiB-page buffer, both loops over a huge-page one.
+Bandwidth measure_read_bandwidth(hllm::ThreadPool& pool) {
+  const std::size_t bytes = std::size_t{1} << 30, n = bytes / sizeof(std::uint64_t);
+  std::vector<std::uint64_t> sink(pool.size());
+  auto best_of = [&](const std::uint64_t* words, bool streams) {
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto start = Clock::now();
+      // Slices are multiples of 4096 words, so each starts 64-byte aligned.
+      pool.parallel_for(n, 4096, [&](std::size_t begin, std::size_t end) {
+        sink[begin * pool.size() / n] = sum_words(words + begin, end - begin, streams);
+      });
+      best = std::max(best, double(bytes) / seconds(start, Clock::now()));
+    }
+    return best;
+  };
+  Bandwidth b;
+  {
+    const ProbeBuffer small(bytes, false);
+    b.small = best_of(small.data(), true);
+  }
+  const ProbeBuffer huge(bytes, true);
+  b.huge = huge.huge_bytes() >= bytes / 2;
+  b.best = std::max({b.small, best_of(huge.data(), false), best_of(huge.data(), true)});
+  return b;
 }
-__attribute__((target("avx2,fma"))) double fma_loop_avx2(std::size_t iterations) {
-  __m256 acc[12];
-  for (auto& a : acc) a = _mm256_set1_ps(1.0f);
+
+// ---------------------------------------------------------------------------------------------
+// Compute peaks: 12 independent accumulator chains per thread, enough to cover latency × issue
+// width of current cores. The loop must be nothing but the instruction measured (plus the
+// counter): the accumulators are 12 named variables, not an array (with an array GCC may keep
+// some in memory), and the integer and BF16 steps are inline asm with the accumulator as an
+// in-out operand, because GCC 12 copies every vpdpbusd accumulator to a scratch register and
+// back in each iteration. (The earlier array-based FMA probe read 63-89 GFLOP/s on the 2-core
+// development VM; this one reads 234, which is 2 cores × ~3.6 G zmm FMAs/s × 32.)
+#define HLLM_BENCH_X12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+#if HLLM_X86
+__attribute__((target("avx512f"), noinline)) double fma_loop_avx512(std::size_t iterations) {
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+#define DECL(i) __m512 a##i = _mm512_set1_ps(1.0f + i);
+#define STEP(i) a##i = _mm512_fmadd_ps(a##i, m, c);
+#define SUM(i) +_mm512_cvtss_f32(a##i)
+  HLLM_BENCH_X12(DECL)
+  for (std::size_t i = 0; i < iterations; ++i) {
+    HLLM_BENCH_X12(STEP)
+  }
+  return 0.0f HLLM_BENCH_X12(SUM);
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+__attribute__((target("avx2,fma"), noinline)) double fma_loop_avx2(std::size_t iterations) {
   const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-  for (std::size_t i = 0; i < iterations; ++i)
-    for (auto& a : acc) a = _mm256_fmadd_ps(a, m, c);
-  float sum = 0;
-  for (auto& a : acc) sum += _mm256_cvtss_f32(a);
-  return sum;
+#define DECL(i) __m256 a##i = _mm256_set1_ps(1.0f + i);
+#define STEP(i) a##i = _mm256_fmadd_ps(a##i, m, c);
+#define SUM(i) +_mm256_cvtss_f32(a##i)
+  HLLM_BENCH_X12(DECL)
+  for (std::size_t i = 0; i < iterations; ++i) {
+    HLLM_BENCH_X12(STEP)
+  }
+  return 0.0f HLLM_BENCH_X12(SUM);
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+// vpdpbusd: 64 u8×s8 products summed into 16 int32 lanes, 128 ops per instruction.
+__attribute__((target("avx512f,avx512vnni"), noinline)) double vnni_loop_avx512(
+    std::size_t iterations) {
+  const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+#define DECL(i) __m512i a##i = _mm512_set1_epi32(i);
+#define STEP(i) __asm__("vpdpbusd %2, %1, %0" : "+v"(a##i) : "v"(u), "v"(s));
+#define SUM(i) +_mm_cvtsi128_si32(_mm512_castsi512_si128(a##i))
+  HLLM_BENCH_X12(DECL)
+  for (std::size_t i = 0; i < iterations; ++i) {
+    HLLM_BENCH_X12(STEP)
+  }
+  return double(0 HLLM_BENCH_X12(SUM));
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+// Without VNNI the int8 dot product is vpmaddubsw (u8×s8 → pairs summed to int16), vpmaddwd by
+// ones (→ int32) and vpaddd: three instructions per 32 (ymm) or 64 (zmm) products, 2 ops each.
+// Each chain feeds its accumulator back as the u8 operand, so nothing is loop-invariant; asm
+// again, as GCC moves each sum back into its accumulator with an extra instruction.
+__attribute__((target("avx512f,avx512bw"), noinline)) double int8_loop_avx512(
+    std::size_t iterations) {
+  const __m512i s = _mm512_set1_epi8(-2), ones = _mm512_set1_epi16(1);
+#define DECL(i) __m512i a##i = _mm512_set1_epi32(i);
+#define STEP(i)                                                                 \
+  {                                                                             \
+    __m512i t;                                                                  \
+    __asm__("vpmaddubsw %2, %0, %1\n\tvpmaddwd %3, %1, %1\n\tvpaddd %1, %0, %0" \
+            : "+v"(a##i), "=&v"(t)                                              \
+            : "v"(s), "v"(ones));                                               \
+  }
+#define SUM(i) +_mm_cvtsi128_si32(_mm512_castsi512_si128(a##i))
+  HLLM_BENCH_X12(DECL)
+  for (std::size_t i = 0; i < iterations; ++i) {
+    HLLM_BENCH_X12(STEP)
+  }
+  return double(0 HLLM_BENCH_X12(SUM));
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+__attribute__((target("avx2"), noinline)) double int8_loop_avx2(std::size_t iterations) {
+  const __m256i s = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+#define DECL(i) __m256i a##i = _mm256_set1_epi32(i);
+#define STEP(i)                                                                 \
+  {                                                                             \
+    __m256i t;                                                                  \
+    __asm__("vpmaddubsw %2, %0, %1\n\tvpmaddwd %3, %1, %1\n\tvpaddd %1, %0, %0" \
+            : "+v"(a##i), "=&v"(t)                                              \
+            : "v"(s), "v"(ones));                                               \
+  }
+#define SUM(i) +_mm256_cvtsi256_si32(a##i)
+  HLLM_BENCH_X12(DECL)
+  for (std::size_t i = 0; i < iterations; ++i) {
+    HLLM_BENCH_X12(STEP)
+  }
+  return double(0 HLLM_BENCH_X12(SUM));
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+// vdpbf16ps: 32 bf16 pairs multiplied and summed into 16 float lanes, 64 FLOPs per instruction.
+__attribute__((target("avx512f,avx512bf16"), noinline)) double bf16_loop_avx512(
+    std::size_t iterations) {
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80);  // bf16 1.0
+#define DECL(i) __m512 a##i = _mm512_set1_ps(1.0f + i);
+#define STEP(i) __asm__("vdpbf16ps %1, %1, %0" : "+v"(a##i) : "v"(x));
+#define SUM(i) +_mm512_cvtss_f32(a##i)
+  HLLM_BENCH_X12(DECL)
+  for (std::size_t i = 0; i < iterations; ++i) {
+    HLLM_BENCH_X12(STEP)
+  }
+  return 0.0f HLLM_BENCH_X12(SUM);
+#undef DECL
+#undef STEP
+#undef SUM
 }
 #endif
 
-// FP32 FLOP/s peak of the ISA in use, all threads, best of 3.
-double measure_fp32_peak(hllm::ThreadPool& pool, hllm::Isa isa) {
-#if HLLM_X86
-  if (isa == hllm::Isa::scalar) return 0;
+// Runs loop(iterations) on every thread of the pool at once, best of 3; returns operations/s.
+template <class Loop>
+double measure_peak(hllm::ThreadPool& pool, Loop loop, double ops_per_iteration) {
   const std::size_t iterations = 20'000'000;
-  const double lanes = isa == hllm::Isa::avx512 ? 16 : 8;
   double best = 0;
   std::vector<double> sink(pool.size());
   for (int rep = 0; rep < 3; ++rep) {
     const auto start = Clock::now();
-    pool.run([&](std::size_t index, std::size_t) {
-      sink[index] =
-          isa == hllm::Isa::avx512 ? fma_loop_avx512(iterations) : fma_loop_avx2(iterations);
-    });
-    const double flops = double(pool.size()) * double(iterations) * 12 * lanes * 2;
-    best = std::max(best, flops / seconds(start, Clock::now()));
+    pool.run([&](std::size_t index, std::size_t) { sink[index] = loop(iterations); });
+    const double ops = double(pool.size()) * double(iterations) * ops_per_iteration;
+    best = std::max(best, ops / seconds(start, Clock::now()));
   }
   return best;
+}
+
+// This machine's arithmetic peaks (operations/s, all threads) for the ISA in use; 0 where the
+// ISA or CPU lacks the instruction. An operation is a multiply or an add: an FMA or one
+// multiply-accumulate of a dot product counts two.
+struct Peaks {
+  double fp32 = 0;  // vfmadd
+  double int8 = 0;  // vpdpbusd (VNNI) or vpmaddubsw + vpmaddwd + vpaddd
+  const char* int8_kind = "int8";
+  double bf16 = 0;  // vdpbf16ps
+};
+
+Peaks measure_peaks(hllm::ThreadPool& pool, hllm::Isa isa) {
+  Peaks p;
+#if HLLM_X86
+  const hllm::CpuFeatures& cpu = hllm::cpu_features();
+  if (isa == hllm::Isa::avx512) {
+    p.fp32 = measure_peak(pool, fma_loop_avx512, 12 * 16 * 2);
+    if (cpu.avx512_vnni) {
+      p.int8 = measure_peak(pool, vnni_loop_avx512, 12 * 64 * 2);
+      p.int8_kind = "VNNI";
+    } else {
+      p.int8 = measure_peak(pool, int8_loop_avx512, 12 * 64 * 2);
+    }
+    if (cpu.avx512_bf16) p.bf16 = measure_peak(pool, bf16_loop_avx512, 12 * 32 * 2);
+  } else if (isa == hllm::Isa::avx2) {
+    p.fp32 = measure_peak(pool, fma_loop_avx2, 12 * 8 * 2);
+    p.int8 = measure_peak(pool, int8_loop_avx2, 12 * 32 * 2);
+  }
 #else
   (void)pool;
   (void)isa;
-  return 0;
 #endif
+  return p;
+}
+
+// The peak a matrix of this type runs against in prefill: Q8_0/Q4_0 on integer dot products
+// (their activations are quantized to 8 bits), BF16 on vdpbf16ps where the CPU has it, every
+// other type on FP32 FMAs (F16 and the K-quants are converted to float32).
+struct Peak {
+  double ops = 0;
+  const char* kind = "FP32";
+};
+
+Peak peak_for(hllm::DType type, const Peaks& p) {
+  if ((type == hllm::DType::q8_0 || type == hllm::DType::q4_0) && p.int8 > 0)
+    return {p.int8, p.int8_kind};
+  if (type == hllm::DType::bf16 && p.bf16 > 0) return {p.bf16, "BF16"};
+  return {p.fp32, "FP32"};
 }
 
 struct Measurement {
   std::string test;
   double mean = 0, stddev = 0;  // tokens/s
   double roofline_fraction = 0;
+  double bytes_per_token = 0;  // decode: weights + the average KV cache read
 };
 
 Measurement summarize(std::string test, const std::vector<double>& rates) {
@@ -180,6 +461,10 @@ int main(int argc, char** argv) {
       o.reps = args.number<std::size_t>(1, 1000);
     else if (args.is("-t", "--threads"))
       o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
+    else if (args.is("--save"))
+      o.save_path = args.value();
+    else if (args.is("--vocab"))
+      o.vocab_path = args.value();
     else if (args.is("--isa")) {
       o.isa = args.isa();
     } else if (args.is("-o", "--output")) {
@@ -190,8 +475,31 @@ int main(int argc, char** argv) {
   }
   if (o.model_path.empty() == o.preset.empty())
     args.fail("give exactly one of -m FILE or --preset NAME");
+  if (!o.save_path.empty() && o.preset.empty()) args.fail("--save needs --preset and --type");
+  if (!o.vocab_path.empty() && o.save_path.empty()) args.fail("--vocab only goes with --save");
 
   try {
+    if (!o.save_path.empty()) {
+      hllm::DType type = hllm::DType::f32;
+      try {
+        type = hllm::parse_dtype(o.type);
+      } catch (const hllm::Error& e) {
+        args.fail(e.message());
+      }
+      const hllm::ModelConfig config = hllm::examples::synthetic_config(o.preset);
+      hllm::Vocabulary vocab =
+          o.vocab_path.empty()
+              ? hllm::examples::synthetic_vocabulary(std::size_t(config.vocab_size))
+              : hllm::vocabulary_from_gguf(hllm::gguf::File::open(o.vocab_path));
+      const auto start = Clock::now();
+      hllm::examples::save_synthetic_gguf(o.save_path, config, type, 1, std::move(vocab));
+      std::printf("wrote %s: %s (synthetic), %s, %s vocabulary, %.1f s\n", o.save_path.c_str(),
+                  o.preset.c_str(), hllm::dtype_name(type).c_str(),
+                  o.vocab_path.empty() ? "synthetic SentencePiece" : o.vocab_path.c_str(),
+                  seconds(start, Clock::now()));
+      return 0;
+    }
+
     // The model: a GGUF file mapped in place, or a synthetic one of a preset's shape.
     hllm::ModelConfig config;
     hllm::ModelWeights weights;
@@ -221,24 +529,27 @@ int main(int argc, char** argv) {
                                     .threads = o.threads,
                                     .isa = o.isa});
 
-    // Bytes read and FLOPs done per token by the weights (the embedding reads one row).
-    double weight_bytes = 0, weight_params = 0;
+    hllm::ThreadPool probe_pool(session.threads());
+    Bandwidth bw = measure_read_bandwidth(probe_pool);  // again after the tests
+    const Peaks peaks = measure_peaks(probe_pool, session.isa());
     const hllm::ModelWeights& w = model.weights();
-    auto count = [&](const hllm::WeightTensor& t) {
-      weight_bytes += double(t.bytes());
-      weight_params += double(t.rows) * double(t.cols);
-    };
+    const Peak peak = peak_for(w.layers.at(0).wq.type, peaks);
+
+    // Per token: the bytes decode reads (every matrix once; the embedding reads one row) and the
+    // ideal prefill time, each matrix's 2·rows·cols operations at the peak of its own type.
+    double weight_bytes = 0, matmul_seconds = 0;
     for (const auto& layer : w.layers)
       for (const hllm::WeightTensor* t : {&layer.wq, &layer.wk, &layer.wv, &layer.wo,
-                                          &layer.ffn.gate, &layer.ffn.up, &layer.ffn.down})
-        count(*t);
-    count(model.output_weight());
+                                          &layer.ffn.gate, &layer.ffn.up, &layer.ffn.down}) {
+        weight_bytes += double(t->bytes());
+        const Peak p = peak_for(t->type, peaks);
+        matmul_seconds += p.ops > 0 ? 2.0 * double(t->rows) * double(t->cols) / p.ops : 0.0;
+      }
+    const hllm::WeightTensor& output = model.output_weight();
+    weight_bytes += double(output.bytes());
+    const double output_flops = 2.0 * double(output.rows) * double(output.cols);
     const double kv_bytes_per_position =
         2.0 * double(config.n_layers * config.kv_dim()) * sizeof(float);
-
-    hllm::ThreadPool probe_pool(session.threads());
-    const double bandwidth = measure_read_bandwidth(probe_pool);
-    const double peak = measure_fp32_peak(probe_pool, session.isa());
 
     std::vector<Measurement> results;
     std::vector<std::int32_t> prompt(o.prompt_tokens);
@@ -254,10 +565,14 @@ int main(int argc, char** argv) {
         rates.push_back(double(o.prompt_tokens) / seconds(start, Clock::now()));
       }
       Measurement m = summarize("pp" + std::to_string(o.prompt_tokens), rates);
-      // Attention adds 4·n_heads·head_dim FLOPs per visible key; keys average p/2.
-      const double attn_flops =
-          4.0 * double(config.n_layers * config.q_dim()) * double(o.prompt_tokens) / 2.0;
-      m.roofline_fraction = peak > 0 ? m.mean * (2.0 * weight_params + attn_flops) / peak : 0;
+      // Float32 work on the FP32 peak: attention, 4·n_heads·head_dim FLOPs per visible key (keys
+      // average p/2), and the output projection, which runs for the last token only (the whole
+      // prompt is one chunk) with float32 activations.
+      const double p = double(o.prompt_tokens);
+      const double attn_flops = 4.0 * double(config.n_layers * config.q_dim()) * p / 2.0;
+      const double fp32_seconds =
+          peaks.fp32 > 0 ? (attn_flops + output_flops / p) / peaks.fp32 : 0.0;
+      m.roofline_fraction = peak.ops > 0 ? m.mean * (matmul_seconds + fp32_seconds) : 0.0;
       results.push_back(m);
     }
     if (o.gen_tokens > 0) {
@@ -273,11 +588,15 @@ int main(int argc, char** argv) {
         if (r > 0) rates.push_back(double(o.gen_tokens) / seconds(start, Clock::now()));
       }
       Measurement m = summarize("tg" + std::to_string(o.gen_tokens), rates);
-      const double bytes_per_token =
-          weight_bytes + kv_bytes_per_position * double(o.gen_tokens) / 2.0;
-      m.roofline_fraction = m.mean / (bandwidth / bytes_per_token);
+      m.bytes_per_token = weight_bytes + kv_bytes_per_position * double(o.gen_tokens) / 2.0;
       results.push_back(m);
     }
+
+    // The second probe; the decode fractions are against the better of the two.
+    bw.merge(measure_read_bandwidth(probe_pool));
+    const double bandwidth = bw.best;
+    for (Measurement& m : results)
+      if (m.test[0] == 't') m.roofline_fraction = m.mean * m.bytes_per_token / bandwidth;
 
     if (o.output == "json") {
       std::printf("[\n");
@@ -286,22 +605,36 @@ int main(int argc, char** argv) {
         std::printf(
             "  {\"model\": \"%s\", \"test\": \"%s\", \"type\": \"%s\", \"threads\": %zu, "
             "\"isa\": \"%s\", \"tokens_per_s\": %.3f, \"stddev\": %.3f, \"bandwidth_gbs\": %.2f, "
-            "\"peak_gflops\": %.1f, \"roofline_fraction\": %.4f}%s\n",
+            "\"bandwidth_4k_pages_gbs\": %.2f, \"huge_pages\": %s, "
+            "\"fp32_peak_gflops\": %.1f, \"int8_peak_gops\": %.1f, \"bf16_peak_gflops\": %.1f, "
+            "\"peak_gops\": %.1f, \"peak_kind\": \"%s\", \"roofline\": \"%s\", "
+            "\"roofline_fraction\": %.4f}%s\n",
             model_name.c_str(), m.test.c_str(), type_name.c_str(), session.threads(),
-            hllm::to_string(session.isa()), m.mean, m.stddev, bandwidth / 1e9, peak / 1e9,
+            hllm::to_string(session.isa()), m.mean, m.stddev, bandwidth / 1e9, bw.small / 1e9,
+            bw.huge ? "true" : "false", peaks.fp32 / 1e9, peaks.int8 / 1e9, peaks.bf16 / 1e9,
+            peak.ops / 1e9, peak.kind, m.test[0] == 't' ? "bandwidth" : peak.kind,
             m.roofline_fraction, i + 1 < results.size() ? "," : "");
       }
       std::printf("]\n");
     } else {
-      std::printf("read bandwidth %.1f GB/s, FP32 FMA peak %.0f GFLOP/s (%zu threads, %s)\n\n",
-                  bandwidth / 1e9, peak / 1e9, session.threads(), hllm::to_string(session.isa()));
+      std::printf(
+          "read bandwidth %.1f GB/s (%.1f GB/s with 4 KiB pages%s); peaks: FP32 FMA %.0f "
+          "GFLOP/s",
+          bandwidth / 1e9, bw.small / 1e9, bw.huge ? "" : "; no huge pages granted",
+          peaks.fp32 / 1e9);
+      if (peaks.int8 > 0) std::printf(", %s int8 %.0f GOP/s", peaks.int8_kind, peaks.int8 / 1e9);
+      if (peaks.bf16 > 0) std::printf(", BF16 %.0f GFLOP/s", peaks.bf16 / 1e9);
+      std::printf(" (%zu threads, %s)\n\n", session.threads(), hllm::to_string(session.isa()));
       std::printf("| model | type | weights | threads | test | t/s | of roofline |\n");
       std::printf("|---|---|---|---|---|---|---|\n");
-      for (const Measurement& m : results)
-        std::printf("| %s | %s | %.2f GiB | %zu | %s | %.2f ± %.2f | %.1f%% %s |\n",
+      for (const Measurement& m : results) {
+        const std::string of =
+            m.test[0] == 't' ? std::string("bandwidth") : std::string(peak.kind) + " peak";
+        std::printf("| %s | %s | %.2f GiB | %zu | %s | %.2f ± %.2f | %.1f%% of %s |\n",
                     model_name.c_str(), type_name.c_str(), weight_bytes / double(1u << 30),
                     session.threads(), m.test.c_str(), m.mean, m.stddev,
-                    100.0 * m.roofline_fraction, m.test[0] == 't' ? "(bandwidth)" : "(FP32 peak)");
+                    100.0 * m.roofline_fraction, of.c_str());
+      }
     }
     return 0;
   } catch (const std::exception& e) {
