@@ -235,8 +235,9 @@ std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, s
     return hllm::quant::quantize(type, hllm::test::random_vector(rows * cols, seed));
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> scale(0.5f / 64, 1.5f / 64);
-  const std::size_t block_bytes =
-      type == hllm::DType::q4_k ? sizeof(hllm::BlockQ4_K) : sizeof(hllm::BlockQ6_K);
+  const std::size_t block_bytes = type == hllm::DType::q4_k   ? sizeof(hllm::BlockQ4_K)
+                                  : type == hllm::DType::q5_k ? sizeof(hllm::BlockQ5_K)
+                                                              : sizeof(hllm::BlockQ6_K);
   std::vector<std::byte> bytes(rows * cols / hllm::kQK_K * block_bytes);
   for (auto& b : bytes) b = static_cast<std::byte>(rng());
   const std::size_t blocks = rows * cols / hllm::kQK_K;
@@ -244,6 +245,10 @@ std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, s
     if (type == hllm::DType::q4_k) {
       auto* block = reinterpret_cast<hllm::BlockQ4_K*>(bytes.data()) + i;
       block->d = hllm::from_float<hllm::f16>(scale(rng));
+      block->dmin = hllm::from_float<hllm::f16>(scale(rng));
+    } else if (type == hllm::DType::q5_k) {
+      auto* block = reinterpret_cast<hllm::BlockQ5_K*>(bytes.data()) + i;
+      block->d = hllm::from_float<hllm::f16>(scale(rng) / 2);  // 5-bit values
       block->dmin = hllm::from_float<hllm::f16>(scale(rng));
     } else {
       auto* block = reinterpret_cast<hllm::BlockQ6_K*>(bytes.data()) + i;
@@ -292,18 +297,25 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
   scalar.quant_matmul_for(type)(bytes.data(), rows, cols, xq.data(), n_tokens, twin.data(), 0,
                                 rows);
 
-  // Q4_K kernels sum s·q·x and min·x apart and subtract at the end, so their float rounding
+  // Q4_K/Q5_K kernels sum s·q·x and min·x apart and subtract at the end, so their float rounding
   // scales with Σ|s·q·x| + Σ|min·x| <= Σ|w·x| + 2·Σ|min·x|: the minimums are the values of the
   // same blocks with every nibble zeroed.
   std::vector<std::byte> zeroed = bytes;
-  if (type == hllm::DType::q4_k)
-    for (std::size_t i = 0; i < rows * cols / hllm::kQK_K; ++i)
+  const bool has_minimum = type == hllm::DType::q4_k || type == hllm::DType::q5_k;
+  for (std::size_t i = 0; has_minimum && i < rows * cols / hllm::kQK_K; ++i) {
+    if (type == hllm::DType::q4_k) {
       std::memset(reinterpret_cast<hllm::BlockQ4_K*>(zeroed.data())[i].qs, 0, hllm::kQK_K / 2);
+    } else {
+      auto& block = reinterpret_cast<hllm::BlockQ5_K*>(zeroed.data())[i];
+      std::memset(block.qs, 0, sizeof block.qs);
+      std::memset(block.qh, 0, sizeof block.qh);
+    }
+  }
   const hllm::WeightTensor minimums{type, zeroed.data(), rows, cols, "minimums"};
   std::vector<float> dequantized(cols), minimum(cols, 0.0f);
   for (std::size_t r = 0; r < rows; ++r) {
     hllm::reference::dequantize_row(w, r, dequantized.data());
-    if (type == hllm::DType::q4_k) hllm::reference::dequantize_row(minimums, r, minimum.data());
+    if (has_minimum) hllm::reference::dequantize_row(minimums, r, minimum.data());
     for (std::size_t t = 0; t < n_tokens; ++t) {
       double rounding = 0, sum_abs = 0;
       for (std::size_t c = 0; c < cols; ++c) {
@@ -334,7 +346,7 @@ TEST_P(KernelIsa, QuantizedMatmulMatchesTwinAndExactWithinDerivedBounds) {
   }
 }
 
-// Q4_K and Q6_K: 256-value super-blocks, so columns come in multiples of 256; decode sizes
+// Q4_K, Q5_K and Q6_K: 256-value super-blocks, so columns come in multiples of 256; decode sizes
 // (one row at a time), prefill sizes (packed panels: 32-slice K-chunks hold 4 super-blocks, so
 // 5 super-blocks cross a chunk), ragged row remainders and the 256-token chunk.
 TEST_P(KernelIsa, KQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
@@ -347,6 +359,7 @@ TEST_P(KernelIsa, KQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
     const std::size_t cols = hllm::kQK_K * supers;
     const auto seed = static_cast<std::uint32_t>(rows * 3 + supers + n);
     check_quant_matmul<hllm::BlockQ4_K>(GetParam(), hllm::DType::q4_k, rows, cols, n, seed);
+    check_quant_matmul<hllm::BlockQ5_K>(GetParam(), hllm::DType::q5_k, rows, cols, n, seed);
     check_quant_matmul<hllm::BlockQ6_K>(GetParam(), hllm::DType::q6_k, rows, cols, n, seed);
   }
 }
@@ -434,9 +447,13 @@ TEST(KernelAvx512, WithAndWithoutVnniAgreeExactly) {
 // dequantized weights and float activations, so only the summation order differs.
 TEST_P(KernelIsa, DequantizingMatmulMatchesReference) {
   const auto& table = hllm::kernels::table_for(GetParam());
-  for (hllm::DType type : {hllm::DType::q8_0, hllm::DType::q4_0}) {
+  for (hllm::DType type : {hllm::DType::q8_0, hllm::DType::q4_0, hllm::DType::q4_k,
+                           hllm::DType::q5_k, hllm::DType::q6_k}) {
+    const bool super =
+        type == hllm::DType::q4_k || type == hllm::DType::q5_k || type == hllm::DType::q6_k;
     for (auto [rows, cols, n] : {std::tuple{7u, 64u, 1u}, {13u, 288u, 5u}, {4u, 32u, 9u}}) {
-      const auto bytes = hllm::quant::quantize(type, hllm::test::random_vector(rows * cols, 5));
+      if (super) cols = 256;  // one super-block per row
+      const auto bytes = random_weight_bytes(type, rows, cols, 5);
       const hllm::WeightTensor w{type, bytes.data(), rows, cols, "w"};
       const auto x = hllm::test::random_vector(n * cols, 6);
       std::vector<float> expected(n * rows), actual(n * rows);

@@ -18,6 +18,7 @@ enum class DType : std::uint32_t {
   q4_1 = 3,
   q8_0 = 8,
   q4_k = 12,
+  q5_k = 13,
   q6_k = 14,
   bf16 = 30,
 };
@@ -29,7 +30,7 @@ struct DTypeInfo {
 };
 
 // Block sizes from the GGUF specification: q8_0 = f16 scale + 32 int8; q4_0 = f16 scale + 16
-// bytes of nibbles; q4_1 adds an f16 min; q4_k and q6_k are 256-element super-blocks.
+// bytes of nibbles; q4_1 adds an f16 min; q4_k, q5_k and q6_k are 256-element super-blocks.
 inline bool dtype_info(DType type, DTypeInfo& info) noexcept {
   switch (type) {
     case DType::f32: info = {"F32", 1, 4}; return true;
@@ -39,6 +40,7 @@ inline bool dtype_info(DType type, DTypeInfo& info) noexcept {
     case DType::q4_1: info = {"Q4_1", 32, 20}; return true;
     case DType::q8_0: info = {"Q8_0", 32, 34}; return true;
     case DType::q4_k: info = {"Q4_K", 256, 144}; return true;
+    case DType::q5_k: info = {"Q5_K", 256, 176}; return true;
     case DType::q6_k: info = {"Q6_K", 256, 210}; return true;
   }
   return false;
@@ -53,7 +55,7 @@ inline std::string dtype_name(DType type) {
 // The type named `name` in either case ("q8_0" or "Q8_0"); throws for an unknown name.
 inline DType parse_dtype(std::string_view name) {
   for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q4_0, DType::q4_1, DType::q8_0,
-                  DType::q4_k, DType::q6_k}) {
+                  DType::q4_k, DType::q5_k, DType::q6_k}) {
     const std::string canonical = dtype_name(t);
     bool same = canonical.size() == name.size();
     for (std::size_t i = 0; same && i < name.size(); ++i)

@@ -45,6 +45,16 @@ struct BlockQ4_K {
   std::uint8_t qs[kQK_K / 2];
 };
 
+// Q4_K with a fifth bit: value = d * scale_j * (nibble + 16·h) - dmin * min_j, where h is bit j
+// of qh[l] for value l of sub-block j (same scales and nibble layout as Q4_K).
+struct BlockQ5_K {
+  f16 d;
+  f16 dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qh[kQK_K / 8];
+  std::uint8_t qs[kQK_K / 2];
+};
+
 // 16 sub-blocks of 16: value = d * scales[j] * (q - 32), q a 6-bit value whose low 4 bits are
 // in ql and high 2 bits in qh.
 struct BlockQ6_K {
@@ -55,7 +65,7 @@ struct BlockQ6_K {
 };
 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 &&
-                  sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210,
+                  sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
               "block structs must match the GGUF byte layouts (and DTypeInfo)");
 
 // Activations quantized on the fly for the integer dot products of quantized weights: 32 values

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <fstream>
-#include <set>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <type_traits>

@@ -75,8 +75,8 @@ struct KernelTable {
   AttendHeadFn attend_head_f32, attend_head_f16, attend_head_bf16;
   AttendGroupFn attend_group_f32, attend_group_f16, attend_group_bf16;
   QuantizeFn quantize_activations;
-  QuantMatmulFn matmul_q8_0, matmul_q4_0, matmul_q4_k, matmul_q6_k;
-  MatmulFn dequant_q8_0, dequant_q4_0, dequant_q4_1, dequant_q4_k, dequant_q6_k;
+  QuantMatmulFn matmul_q8_0, matmul_q4_0, matmul_q4_k, matmul_q5_k, matmul_q6_k;
+  MatmulFn dequant_q8_0, dequant_q4_0, dequant_q4_1, dequant_q4_k, dequant_q5_k, dequant_q6_k;
   // BF16 weights against activations rounded to bf16 (vdpbf16ps), or nullptr where the CPU has
   // no AVX512-BF16. Not exact: Compute::matmul takes it, matmul_exact never does.
   MatmulFn matmul_bf16_dot;
@@ -98,6 +98,7 @@ struct KernelTable {
       case DType::q4_0: return dequant_q4_0;
       case DType::q4_1: return dequant_q4_1;
       case DType::q4_k: return dequant_q4_k;
+      case DType::q5_k: return dequant_q5_k;
       case DType::q6_k: return dequant_q6_k;
       default: return nullptr;
     }
@@ -108,6 +109,7 @@ struct KernelTable {
       case DType::q8_0: return matmul_q8_0;
       case DType::q4_0: return matmul_q4_0;
       case DType::q4_k: return matmul_q4_k;
+      case DType::q5_k: return matmul_q5_k;
       case DType::q6_k: return matmul_q6_k;
       default: return nullptr;
     }
@@ -135,15 +137,16 @@ struct KernelTable {
 }  // namespace hllm::kernels
 
 // quant_ns: where the integer-dot kernels come from (AVX-512 has a VNNI build beside it).
-#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                         \
-  KernelTable {                                                                                 \
-    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul,  \
-        &ns::rope, &ns::attend_head_f32, &ns::attend_head_f16, &ns::attend_head_bf16,           \
-        &ns::attend_group_f32, &ns::attend_group_f16, &ns::attend_group_bf16,                   \
-        &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,              \
-        &quant_ns::matmul_q4_k, &quant_ns::matmul_q6_k, &ns::matmul_dequant<BlockQ8_0, kQK8_0>, \
-        &ns::matmul_dequant<BlockQ4_0, kQK4_0>, &ns::matmul_dequant<BlockQ4_1, kQK4_1>,         \
-        &ns::matmul_dequant<BlockQ4_K, kQK_K>, &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr   \
+#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                        \
+  KernelTable {                                                                                \
+    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul, \
+        &ns::rope, &ns::attend_head_f32, &ns::attend_head_f16, &ns::attend_head_bf16,          \
+        &ns::attend_group_f32, &ns::attend_group_f16, &ns::attend_group_bf16,                  \
+        &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,             \
+        &quant_ns::matmul_q4_k, &quant_ns::matmul_q5_k, &quant_ns::matmul_q6_k,                \
+        &ns::matmul_dequant<BlockQ8_0, kQK8_0>, &ns::matmul_dequant<BlockQ4_0, kQK4_0>,        \
+        &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,         \
+        &ns::matmul_dequant<BlockQ5_K, kQK_K>, &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr  \
   }
 
 #define HLLM_ISA_LEVEL 0

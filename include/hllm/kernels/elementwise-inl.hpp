@@ -24,13 +24,16 @@ inline void rms_norm(const float* x, const float* weight, std::size_t n, float e
              n - i);
 }
 
+// silu(g)·u = g / (1 + e^-g) · u, lane by lane. (A function, not a lambda: target regions
+// apply to functions, and a vector returned from code outside one changes the ABI.)
+inline VecF32::Reg silu_times(VecF32::Reg g, VecF32::Reg u) {
+  using V = VecF32;
+  return V::mul(V::div(g, V::add(V::set1(1.0f), V::exp(V::mul(g, V::set1(-1.0f))))), u);
+}
+
 // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i].   gate, up, out: [n]
 inline void silu_mul(const float* gate, const float* up, std::size_t n, float* out) {
   using V = VecF32;
-  const typename V::Reg one = V::set1(1.0f), minus = V::set1(-1.0f);
-  const auto silu_times = [&](typename V::Reg g, typename V::Reg u) {
-    return V::mul(V::div(g, V::add(one, V::exp(V::mul(g, minus)))), u);
-  };
   std::size_t i = 0;
   for (; i + V::lanes <= n; i += V::lanes)
     V::store(out + i, silu_times(V::load(gate + i), V::load(up + i)));

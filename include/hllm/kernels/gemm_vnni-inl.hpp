@@ -44,7 +44,14 @@ inline constexpr std::int32_t kWeightOffset = std::is_same_v<Block, BlockQ4_0>  
 // 32-value slices per Block.
 template <class Block>
 inline constexpr std::size_t kSlicesPerBlock =
-    std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ6_K> ? 8 : 1;
+    std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K> ||
+            std::is_same_v<Block, BlockQ6_K>
+        ? 8
+        : 1;
+// Formats with a float minimum per slice (value = scale·q − min).
+template <class Block>
+inline constexpr bool kHasMinimum =
+    std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>;
 
 // Byte offsets of the 16 rows' copies of one field (rows are row_blocks·sizeof(Block) apart).
 template <class Block>
@@ -80,17 +87,19 @@ inline void pack_panel(const Block* w, std::size_t row_blocks, std::size_t b0, s
   }
 }
 
-// Q4_K: slice j of a super-block is the low (j even) or high nibbles of qs[32·(j/2) ..].
-inline void pack_panel(const BlockQ4_K* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
-                       PanelBlock* out) {
-  const __m512i row_offsets = panel_row_offsets<BlockQ4_K>(row_blocks);
+// Q4_K: slice j of a super-block is the low (j even) or high nibbles of qs[32·(j/2) ..]; Q5_K
+// adds bit j of qh[l] as value l's bit 4.
+template <class Block>
+inline void pack_panel_with_minimums(const Block* w, std::size_t row_blocks, std::size_t b0,
+                                     std::size_t n, PanelBlock* out) {
+  const __m512i row_offsets = panel_row_offsets<Block>(row_blocks);
   const __m512i mask = _mm512_set1_epi8(0x0f);
   alignas(64) float scales[16], mins[16];
   for (std::size_t b = 0; b < n; ++b) {
     const std::size_t slice = (b0 + b) % 8;
-    const BlockQ4_K* first = w + (b0 + b) / 8;
+    const Block* first = w + (b0 + b) / 8;
     for (std::size_t r = 0; r < kPanelRows; ++r) {
-      const BlockQ4_K& block = first[r * row_blocks];
+      const Block& block = first[r * row_blocks];
       std::uint8_t sc = 0, m = 0;
       reference::q4_k_scale_min(slice, block.scales, sc, m);
       scales[r] = _cvtsh_ss(block.d.bits) * sc;
@@ -101,9 +110,25 @@ inline void pack_panel(const BlockQ4_K* w, std::size_t row_blocks, std::size_t b
     p.mins = _mm512_load_ps(mins);
     const std::uint8_t* qs = first->qs + 32 * (slice / 2);
     const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(4 * (slice & 1)));
-    _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] = _mm512_and_si512(
-        _mm512_srl_epi32(_mm512_i32gather_epi32(row_offsets, qs + 4 * k, 1), shift), mask);
+    _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+      p.values[k] = _mm512_and_si512(
+          _mm512_srl_epi32(_mm512_i32gather_epi32(row_offsets, qs + 4 * k, 1), shift), mask);
+      if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+        const __m512i qh = _mm512_i32gather_epi32(row_offsets, first->qh + 4 * k, 1);
+        const __m512i bit = _mm512_and_si512(
+            _mm512_srl_epi32(qh, _mm_cvtsi32_si128(static_cast<int>(slice))), _mm512_set1_epi8(1));
+        p.values[k] = _mm512_or_si512(p.values[k], _mm512_slli_epi32(bit, 4));
+      }
+    }
   }
+}
+inline void pack_panel(const BlockQ4_K* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
+                       PanelBlock* out) {
+  pack_panel_with_minimums(w, row_blocks, b0, n, out);
+}
+inline void pack_panel(const BlockQ5_K* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
+                       PanelBlock* out) {
+  pack_panel_with_minimums(w, row_blocks, b0, n, out);
 }
 
 // Q6_K: slice (h, i) combines ql nibbles and qh bit pairs (reference::q6_k_slice_layout).
@@ -194,7 +219,7 @@ inline void panel_tile(const PanelBlock* panel, std::size_t n, const BlockQ8Act*
           const __m512 d = _mm512_set1_ps(a[c]->d);
           acc[j0 + c] =
               _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[c]), _mm512_mul_ps(p.scales, d), acc[j0 + c]);
-          if constexpr (std::is_same_v<Block, BlockQ4_K>)  // − dmin·m_j · d_x·Σxq
+          if constexpr (kHasMinimum<Block>)  // − dmin·m_j · d_x·Σxq
             acc[j0 + c] = _mm512_fnmadd_ps(
                 p.mins, _mm512_set1_ps(a[c]->d * static_cast<float>(a[c]->sum)), acc[j0 + c]);
         }

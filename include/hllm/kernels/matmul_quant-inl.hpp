@@ -191,11 +191,11 @@ inline float quant_row8(const Block* w, const BlockQ8Act* x, std::size_t blocks,
   std::size_t b = 0;
   for (; b + 8 <= blocks; b += 8) {
     // The 8 blocks' f16 scales side by side (word inserts: cheaper here than a gather).
-    const __m128i d_words = _mm_setr_epi16(
-        static_cast<short>(w[b].d.bits), static_cast<short>(w[b + 1].d.bits),
-        static_cast<short>(w[b + 2].d.bits), static_cast<short>(w[b + 3].d.bits),
-        static_cast<short>(w[b + 4].d.bits), static_cast<short>(w[b + 5].d.bits),
-        static_cast<short>(w[b + 6].d.bits), static_cast<short>(w[b + 7].d.bits));
+    const __m128i d_words =
+        _mm_setr_epi16(static_cast<short>(w[b].d.bits), static_cast<short>(w[b + 1].d.bits),
+                       static_cast<short>(w[b + 2].d.bits), static_cast<short>(w[b + 3].d.bits),
+                       static_cast<short>(w[b + 4].d.bits), static_cast<short>(w[b + 5].d.bits),
+                       static_cast<short>(w[b + 6].d.bits), static_cast<short>(w[b + 7].d.bits));
     const __m256 wd = _mm256_cvtph_ps(d_words);
     const __m256 scale = _mm256_mul_ps(wd, _mm256_loadu_ps(xd + b));
     if constexpr (std::is_same_v<Block, BlockQ4_0>)

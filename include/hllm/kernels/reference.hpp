@@ -107,6 +107,20 @@ inline void dequantize_block(const BlockQ4_K& b, float* out) {
   }
 }
 
+inline void dequantize_block(const BlockQ5_K& b, float* out) {
+  const float d = to_float(b.d), dmin = to_float(b.dmin);
+  for (std::size_t j = 0; j < 8; ++j) {  // sub-block j: nibbles of qs[32·(j/2) ..], bit j of qh
+    std::uint8_t sc = 0, m = 0;
+    q4_k_scale_min(j, b.scales, sc, m);
+    const float scale = d * sc, minimum = dmin * m;
+    const std::uint8_t* q = b.qs + 32 * (j / 2);
+    for (std::size_t l = 0; l < 32; ++l) {
+      const int value = ((q[l] >> (4 * (j & 1))) & 0x0f) | (((b.qh[l] >> j) & 1) << 4);
+      *out++ = scale * static_cast<float>(value) - minimum;
+    }
+  }
+}
+
 inline void dequantize_block(const BlockQ6_K& b, float* out) {
   const float d = to_float(b.d);
   const std::uint8_t* ql = b.ql;
@@ -156,6 +170,7 @@ inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, flo
     case DType::q4_0: dequantize_blocks<BlockQ4_0, kQK4_0>(w, row, out); return true;
     case DType::q4_1: dequantize_blocks<BlockQ4_1, kQK4_1>(w, row, out); return true;
     case DType::q4_k: dequantize_blocks<BlockQ4_K, kQK_K>(w, row, out); return true;
+    case DType::q5_k: dequantize_blocks<BlockQ5_K, kQK_K>(w, row, out); return true;
     case DType::q6_k: dequantize_blocks<BlockQ6_K, kQK_K>(w, row, out); return true;
     default: return false;
   }
@@ -173,6 +188,7 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
     case DType::q4_0:
     case DType::q4_1:
     case DType::q4_k:
+    case DType::q5_k:
     case DType::q6_k: {
       std::vector<float> row(w.cols);  // [cols]
       for (std::size_t r = 0; r < w.rows; ++r) {
