@@ -410,18 +410,20 @@ Peaks measure_peaks(hllm::ThreadPool& pool, hllm::Isa isa) {
   return p;
 }
 
-// The peak a matrix of this type runs against in prefill: Q8_0/Q4_0 on integer dot products
-// (their activations are quantized to 8 bits), BF16 on vdpbf16ps where the CPU has it, every
-// other type on FP32 FMAs (F16 and the K-quants are converted to float32).
+// The peak a matrix of this type runs against in prefill, as the kernel table decides: the
+// types with an integer kernel (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K: 8-bit activations) on integer dot
+// products, BF16 on vdpbf16ps where the CPU has it, every other type on FP32 FMAs (F16, F32,
+// and Q4_1 dequantized to float32).
 struct Peak {
   double ops = 0;
   const char* kind = "FP32";
 };
 
-Peak peak_for(hllm::DType type, const Peaks& p) {
-  if ((type == hllm::DType::q8_0 || type == hllm::DType::q4_0) && p.int8 > 0)
-    return {p.int8, p.int8_kind};
-  if (type == hllm::DType::bf16 && p.bf16 > 0) return {p.bf16, "BF16"};
+Peak peak_for(hllm::DType type, const Peaks& p, hllm::Isa isa) {
+  const hllm::kernels::KernelTable& table = hllm::kernels::table_for(isa);
+  if (table.quant_matmul_for(type) != nullptr && p.int8 > 0) return {p.int8, p.int8_kind};
+  if (type == hllm::DType::bf16 && table.matmul_bf16_dot != nullptr && p.bf16 > 0)
+    return {p.bf16, "BF16"};
   return {p.fp32, "FP32"};
 }
 
@@ -533,7 +535,7 @@ int main(int argc, char** argv) {
     Bandwidth bw = measure_read_bandwidth(probe_pool);  // again after the tests
     const Peaks peaks = measure_peaks(probe_pool, session.isa());
     const hllm::ModelWeights& w = model.weights();
-    const Peak peak = peak_for(w.layers.at(0).wq.type, peaks);
+    const Peak peak = peak_for(w.layers.at(0).wq.type, peaks, session.isa());
 
     // Per token: the bytes decode reads (every matrix once; the embedding reads one row) and the
     // ideal prefill time, each matrix's 2·rows·cols operations at the peak of its own type.
@@ -542,7 +544,7 @@ int main(int argc, char** argv) {
       for (const hllm::WeightTensor* t : {&layer.wq, &layer.wk, &layer.wv, &layer.wo,
                                           &layer.ffn.gate, &layer.ffn.up, &layer.ffn.down}) {
         weight_bytes += double(t->bytes());
-        const Peak p = peak_for(t->type, peaks);
+        const Peak p = peak_for(t->type, peaks, session.isa());
         matmul_seconds += p.ops > 0 ? 2.0 * double(t->rows) * double(t->cols) / p.ops : 0.0;
       }
     const hllm::WeightTensor& output = model.output_weight();
