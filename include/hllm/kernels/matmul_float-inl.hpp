@@ -214,22 +214,28 @@ inline void dequantize_for_dot(const BlockQ8_0& b, float* out) {
   }
 #endif
 }
+// The 32 six-bit values of slice `slice` of a Q6_K super-block (reference::q6_k_slice_layout):
+// ql nibbles with qh bit pairs above them.
+inline __m256i q6_k_slice_values(const BlockQ6_K& b, std::size_t slice) {
+  std::size_t ql_offset = 0, qh_offset = 0;
+  int ql_shift = 0, qh_shift = 0;
+  reference::q6_k_slice_layout(slice, ql_offset, ql_shift, qh_offset, qh_shift);
+  const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + ql_offset));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + qh_offset));
+  return _mm256_or_si256(
+      _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(ql_shift)), _mm256_set1_epi8(0x0f)),
+      _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(qh_shift)),
+                                         _mm256_set1_epi8(0x03)),
+                        4));
+}
+
 #if HLLM_ISA_LEVEL == 2
-// Q6_K, slice by slice (reference::q6_k_slice_layout): 32 six-bit values from ql and qh, then
-// two 16-value halves with their own scales. The output projection of Q4_K_M files is Q6_K.
+// Q6_K, slice by slice, each slice as two 16-value halves with their own scales. The output
+// projection of Q4_K_M files is Q6_K.
 inline void dequantize_for_dot(const BlockQ6_K& b, float* out) {
   const float d = _cvtsh_ss(b.d.bits);
-  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
   for (std::size_t slice = 0; slice < 8; ++slice) {
-    std::size_t ql_offset = 0, qh_offset = 0;
-    int ql_shift = 0, qh_shift = 0;
-    reference::q6_k_slice_layout(slice, ql_offset, ql_shift, qh_offset, qh_shift);
-    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + ql_offset));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + qh_offset));
-    const __m256i q = _mm256_or_si256(
-        _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(ql_shift)), low4),
-        _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(qh_shift)), low2),
-                          4));
+    const __m256i q = q6_k_slice_values(b, slice);
     for (std::size_t half = 0; half < 2; ++half) {
       const __m128i bytes = half == 0 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
       const __m512 v =

@@ -13,6 +13,23 @@
 
 #if HLLM_ISA_LEVEL >= 1
 
+// The 32 values of slice j of a Q4_K/Q5_K super-block as unsigned bytes: the low (j even) or
+// high nibbles of qs[32·(j/2) ..], plus for Q5_K bit j of qh[l] as value l's bit 4.
+template <class Block>
+inline __m256i k_slice_values(const Block& b, std::size_t j) {
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (j / 2)));
+  __m256i q = _mm256_and_si256(_mm256_srli_epi16(bytes, static_cast<int>(4 * (j & 1))),
+                               _mm256_set1_epi8(0x0f));
+  if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+    q = _mm256_or_si256(
+        q,
+        _mm256_slli_epi16(
+            _mm256_and_si256(_mm256_srli_epi16(qh, static_cast<int>(j)), _mm256_set1_epi8(1)), 4));
+  }
+  return q;
+}
+
 // One weight row (`supers` super-blocks) against one token's activation blocks (decode).
 // Q4_K and Q5_K (Q4_K plus a fifth bit per value from qh).
 template <class Block>
@@ -23,30 +40,16 @@ inline float kquant_row_with_minimums(const Block* w, const BlockQ8Act* x, std::
   // The minimums' sum in four scalar chains too: one chain would add 4 cycles of latency per
   // 32 values (it measured a quarter of the memory speed).
   float minimum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const __m256i mask = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
   for (std::size_t s = 0; s < supers; ++s) {
     const Block& b = w[s];
     const float d = scale_of(b.d), dmin = scale_of(b.dmin);
-    __m256i high_bits = _mm256_setzero_si256();
-    if constexpr (std::is_same_v<Block, BlockQ5_K>)
-      high_bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
     _Pragma("GCC unroll 4") for (std::size_t g = 0; g < 4; ++g) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * g));
-      __m256i halves[2] = {_mm256_and_si256(bytes, mask),
-                           _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask)};
       _Pragma("GCC unroll 2") for (std::size_t half = 0; half < 2; ++half) {
         const std::size_t j = 2 * g + half;
-        if constexpr (std::is_same_v<Block, BlockQ5_K>)  // bit j of qh[l] is value l's bit 4
-          halves[half] = _mm256_or_si256(
-              halves[half],
-              _mm256_slli_epi16(
-                  _mm256_and_si256(
-                      _mm256_srl_epi16(high_bits, _mm_cvtsi32_si128(static_cast<int>(j))), one),
-                  4));
         const BlockQ8Act& a = x[8 * s + j];
         std::uint8_t sc = 0, m = 0;
         reference::q4_k_scale_min(j, b.scales, sc, m);
-        const __m256i dot = dot_u8s8(_mm256_setzero_si256(), halves[half], load_act(a));
+        const __m256i dot = dot_u8s8(_mm256_setzero_si256(), k_slice_values(b, j), load_act(a));
         acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(a.d * (d * sc)), acc[g]);
         minimum[g] += a.d * (dmin * m) * static_cast<float>(a.sum);
       }
@@ -94,7 +97,6 @@ inline float kquant_row8(const Block* w, const BlockQ8Act* x, std::size_t supers
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
   __m256 minimum = _mm256_setzero_ps();
-  const __m256i mask = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
   for (std::size_t s = 0; s < supers; ++s) {
     const Block& b = w[s];
     __m256 sc, m;
@@ -103,21 +105,11 @@ inline float kquant_row8(const Block* w, const BlockQ8Act* x, std::size_t supers
                                        _mm256_loadu_ps(xd + 8 * s));
     minimum = _mm256_fmadd_ps(_mm256_mul_ps(m, _mm256_set1_ps(scale_of(b.dmin))),
                               _mm256_loadu_ps(xds + 8 * s), minimum);
-    __m256i high_bits = _mm256_setzero_si256();
-    if constexpr (std::is_same_v<Block, BlockQ5_K>)
-      high_bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
     _Pragma("GCC unroll 4") for (std::size_t g = 0; g < 4; ++g) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * g));
-      __m256i halves[2] = {_mm256_and_si256(bytes, mask),
-                           _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask)};
       _Pragma("GCC unroll 2") for (std::size_t half = 0; half < 2; ++half) {
         const std::size_t j = 2 * g + half;
-        if constexpr (std::is_same_v<Block, BlockQ5_K>)
-          halves[half] = _mm256_or_si256(
-              halves[half],
-              _mm256_slli_epi16(
-                  _mm256_and_si256(_mm256_srli_epi16(high_bits, static_cast<int>(j)), one), 4));
-        const __m256i dot = dot_u8s8(_mm256_setzero_si256(), halves[half], load_act(x[8 * s + j]));
+        const __m256i dot =
+            dot_u8s8(_mm256_setzero_si256(), k_slice_values(b, j), load_act(x[8 * s + j]));
         acc[g] = _mm256_fmadd_ps(
             _mm256_cvtepi32_ps(dot),
             _mm256_permutevar8x32_ps(scale, _mm256_set1_epi32(static_cast<int>(j))), acc[g]);
@@ -132,20 +124,11 @@ inline float kquant_row8(const Block* w, const BlockQ8Act* x, std::size_t supers
 inline float kquant_row(const BlockQ6_K* w, const BlockQ8Act* x, std::size_t supers) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
-  const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(0x03);
   for (std::size_t s = 0; s < supers; ++s) {
     const BlockQ6_K& b = w[s];
     const float d = scale_of(b.d);
     _Pragma("GCC unroll 8") for (std::size_t slice = 0; slice < 8; ++slice) {
-      std::size_t ql_offset = 0, qh_offset = 0;
-      int ql_shift = 0, qh_shift = 0;
-      reference::q6_k_slice_layout(slice, ql_offset, ql_shift, qh_offset, qh_shift);
-      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + ql_offset));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + qh_offset));
-      const __m256i q = _mm256_or_si256(
-          _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(ql_shift)), low4),
-          _mm256_slli_epi16(
-              _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(qh_shift)), low2), 4));
+      const __m256i q = q6_k_slice_values(b, slice);
       const BlockQ8Act& a = x[8 * s + slice];
       // Lanes 0-3 sum values 0..15 (scale 2·slice), lanes 4-7 values 16..31 (2·slice + 1); each
       // half starts at its −32·Σxq.
