@@ -86,13 +86,7 @@ class Compute {
   void matmul_exact(const WeightTensor& w, const float* x, std::size_t n_tokens, float* y) const {
     const kernels::MatmulFn fn = exact_kernel(w.type);
     if (fn == nullptr) return reference::matmul(w, x, n_tokens, y);
-    split_rows(fn, w, x, n_tokens, y);
-  }
-
-  // Runs fn over w's rows split across the threads, in 16-row grains (whole register tiles and
-  // packed panels).
-  void split_rows(kernels::MatmulFn fn, const WeightTensor& w, const float* x, std::size_t n_tokens,
-                  float* y) const {
+    // 16-row grains: whole register tiles and packed panels.
     split(w.rows, 16, w.rows * w.cols * n_tokens, [&](std::size_t begin, std::size_t end) {
       fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end);
     });
@@ -108,13 +102,6 @@ class Compute {
       return;
     }
     pool_->parallel_for(n, grain, fn);
-  }
-
-  // out = silu(gate) * up, element-wise over n values.
-  void silu_mul(const float* gate, const float* up, std::size_t n, float* out) const {
-    split(n, 256, n * 16, [&](std::size_t begin, std::size_t end) {
-      table_->silu_mul(gate + begin, up + begin, end - begin, out + begin);
-    });
   }
 
  private:
