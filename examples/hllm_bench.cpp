@@ -247,6 +247,14 @@ Bandwidth measure_read_bandwidth(hllm::ThreadPool& pool) {
 // back in each iteration. (The earlier array-based FMA probe read 63-89 GFLOP/s on the 2-core
 // development VM; this one reads 234, which is 2 cores × ~3.6 G zmm FMAs/s × 32.)
 #define HLLM_BENCH_X12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+// The body every probe shares, given its DECL (one accumulator), STEP (one instruction on it)
+// and SUM (its contribution to the returned sink value).
+#define HLLM_BENCH_PROBE(iterations)               \
+  HLLM_BENCH_X12(DECL)                             \
+  for (std::size_t i = 0; i < (iterations); ++i) { \
+    HLLM_BENCH_X12(STEP)                           \
+  }                                                \
+  return double(0 HLLM_BENCH_X12(SUM));
 
 #if HLLM_X86
 __attribute__((target("avx512f"), noinline)) double fma_loop_avx512(std::size_t iterations) {
@@ -254,11 +262,7 @@ __attribute__((target("avx512f"), noinline)) double fma_loop_avx512(std::size_t 
 #define DECL(i) __m512 a##i = _mm512_set1_ps(1.0f + i);
 #define STEP(i) a##i = _mm512_fmadd_ps(a##i, m, c);
 #define SUM(i) +_mm512_cvtss_f32(a##i)
-  HLLM_BENCH_X12(DECL)
-  for (std::size_t i = 0; i < iterations; ++i) {
-    HLLM_BENCH_X12(STEP)
-  }
-  return 0.0f HLLM_BENCH_X12(SUM);
+  HLLM_BENCH_PROBE(iterations)
 #undef DECL
 #undef STEP
 #undef SUM
@@ -269,11 +273,7 @@ __attribute__((target("avx2,fma"), noinline)) double fma_loop_avx2(std::size_t i
 #define DECL(i) __m256 a##i = _mm256_set1_ps(1.0f + i);
 #define STEP(i) a##i = _mm256_fmadd_ps(a##i, m, c);
 #define SUM(i) +_mm256_cvtss_f32(a##i)
-  HLLM_BENCH_X12(DECL)
-  for (std::size_t i = 0; i < iterations; ++i) {
-    HLLM_BENCH_X12(STEP)
-  }
-  return 0.0f HLLM_BENCH_X12(SUM);
+  HLLM_BENCH_PROBE(iterations)
 #undef DECL
 #undef STEP
 #undef SUM
@@ -286,11 +286,7 @@ __attribute__((target("avx512f,avx512vnni"), noinline)) double vnni_loop_avx512(
 #define DECL(i) __m512i a##i = _mm512_set1_epi32(i);
 #define STEP(i) __asm__("vpdpbusd %2, %1, %0" : "+v"(a##i) : "v"(u), "v"(s));
 #define SUM(i) +_mm_cvtsi128_si32(_mm512_castsi512_si128(a##i))
-  HLLM_BENCH_X12(DECL)
-  for (std::size_t i = 0; i < iterations; ++i) {
-    HLLM_BENCH_X12(STEP)
-  }
-  return double(0 HLLM_BENCH_X12(SUM));
+  HLLM_BENCH_PROBE(iterations)
 #undef DECL
 #undef STEP
 #undef SUM
@@ -312,11 +308,7 @@ __attribute__((target("avx512f,avx512bw"), noinline)) double int8_loop_avx512(
             : "v"(s), "v"(ones));                                               \
   }
 #define SUM(i) +_mm_cvtsi128_si32(_mm512_castsi512_si128(a##i))
-  HLLM_BENCH_X12(DECL)
-  for (std::size_t i = 0; i < iterations; ++i) {
-    HLLM_BENCH_X12(STEP)
-  }
-  return double(0 HLLM_BENCH_X12(SUM));
+  HLLM_BENCH_PROBE(iterations)
 #undef DECL
 #undef STEP
 #undef SUM
@@ -333,11 +325,7 @@ __attribute__((target("avx2"), noinline)) double int8_loop_avx2(std::size_t iter
             : "v"(s), "v"(ones));                                               \
   }
 #define SUM(i) +_mm256_cvtsi256_si32(a##i)
-  HLLM_BENCH_X12(DECL)
-  for (std::size_t i = 0; i < iterations; ++i) {
-    HLLM_BENCH_X12(STEP)
-  }
-  return double(0 HLLM_BENCH_X12(SUM));
+  HLLM_BENCH_PROBE(iterations)
 #undef DECL
 #undef STEP
 #undef SUM
@@ -350,11 +338,7 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) double bf16_loop_avx512(
 #define DECL(i) __m512 a##i = _mm512_set1_ps(1.0f + i);
 #define STEP(i) __asm__("vdpbf16ps %1, %1, %0" : "+v"(a##i) : "v"(x));
 #define SUM(i) +_mm512_cvtss_f32(a##i)
-  HLLM_BENCH_X12(DECL)
-  for (std::size_t i = 0; i < iterations; ++i) {
-    HLLM_BENCH_X12(STEP)
-  }
-  return 0.0f HLLM_BENCH_X12(SUM);
+  HLLM_BENCH_PROBE(iterations)
 #undef DECL
 #undef STEP
 #undef SUM

@@ -114,12 +114,7 @@ inline Vocabulary synthetic_vocabulary(std::size_t size) {
     v.token_types.push_back(std::int32_t(TokenType::normal));
     v.scores.push_back(-static_cast<float>(i));
   }
-  v.unk_id = 0;
-  v.bos_id = 1;
-  v.eos_id = 2;
-  v.add_bos = true;
-  v.add_eos = false;
-  v.add_space_prefix = true;
+  set_llama_spm_defaults(v);
   return v;
 }
 

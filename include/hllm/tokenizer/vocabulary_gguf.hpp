@@ -14,6 +14,17 @@
 
 namespace hllm {
 
+// llama.cpp's special ids and flags for a SentencePiece ("llama") vocabulary: <unk> 0, <s> 1,
+// </s> 2, BOS added, a space prefixed.
+inline void set_llama_spm_defaults(Vocabulary& v) {
+  v.unk_id = 0;
+  v.bos_id = 1;
+  v.eos_id = 2;
+  v.add_bos = true;
+  v.add_eos = false;
+  v.add_space_prefix = true;
+}
+
 inline Vocabulary vocabulary_from_gguf(const gguf::File& file) {
   const auto fail = [&](const std::string& key, const std::string& message) {
     throw Error(ErrorKind::format, message, file.path(), key);
@@ -56,12 +67,7 @@ inline Vocabulary vocabulary_from_gguf(const gguf::File& file) {
   // llama.cpp's defaults per model (llama_vocab::impl::load).
   const bool is_bpe = v.model == "gpt2";
   if (v.model == "llama") {
-    v.bos_id = 1;
-    v.eos_id = 2;
-    v.unk_id = 0;
-    v.add_bos = true;
-    v.add_eos = false;
-    v.add_space_prefix = true;
+    set_llama_spm_defaults(v);
   } else if (is_bpe) {
     if (v.merges.empty()) fail(key("merges"), "a byte-level BPE vocabulary needs merges");
     v.bos_id = 11;
