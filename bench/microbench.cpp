@@ -95,7 +95,16 @@ void BM_QuantMatmul(benchmark::State& state) {
   if (!matmul_shape(state, shape)) return;
   const auto [isa, rows, cols, n] = shape;
   const auto& table = hllm::kernels::table_for(isa);
-  const auto w = hllm::quant::quantize(kType, random_floats(rows * cols, 1));
+  // The repacked types: the file type's bytes, repacked as a loader would.
+  constexpr hllm::DType kFileType = kType == hllm::DType::q4_0_x8   ? hllm::DType::q4_0
+                                    : kType == hllm::DType::q8_0_x8 ? hllm::DType::q8_0
+                                                                    : kType;
+  auto w = hllm::quant::quantize(kFileType, random_floats(rows * cols, 1));
+  if constexpr (kType != kFileType) {
+    const auto file_layout = w;
+    hllm::repack_tensor(hllm::WeightTensor{kFileType, file_layout.data(), rows, cols, "w"},
+                        w.data());
+  }
   const auto x = random_floats(n * cols, 2);
   std::vector<hllm::BlockQ8Act> xq(n * cols / 32);
   for (std::size_t t = 0; t < n; ++t)
@@ -124,6 +133,8 @@ void quant_matmul_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0_x8>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0_x8>)->Apply(quant_matmul_shapes);
 
 // 8-bit activation quantization of one 2048-wide token (the per-matmul step before the
 // integer kernels); reports the float bytes read per second.

@@ -1,7 +1,7 @@
 // hllm-bench: end-to-end prompt-processing and generation speed, in the spirit of llama-bench.
 //
 //   hllm-bench (-m FILE.gguf | --preset NAME --type TYPE) [-p 512] [-n 128] [-r 3] [-t N]
-//              [--isa scalar|avx2|avx512] [-o md|json]
+//              [--isa scalar|avx2|avx512] [--repack auto|never|always] [-o md|json]
 //   hllm-bench --preset NAME --type TYPE --save FILE.gguf [--vocab VOCAB.gguf]
 //
 // In the same run it measures this machine's read bandwidth and arithmetic peaks (FP32 FMA, and
@@ -43,8 +43,10 @@ using Clock = std::chrono::steady_clock;
 const char* kUsage =
     "usage: hllm-bench (-m FILE.gguf | --preset NAME --type f32|f16|bf16|q8_0|q4_0)\n"
     "                  [-p PROMPT_TOKENS=512] [-n GEN_TOKENS=128] [-r REPS=3] [-t THREADS]\n"
-    "                  [--isa scalar|avx2|avx512] [-o md|json]\n"
+    "                  [--isa scalar|avx2|avx512] [--repack auto|never|always] [-o md|json]\n"
     "       hllm-bench --preset NAME --type TYPE --save FILE.gguf [--vocab VOCAB.gguf]\n"
+    "  --repack: load-time 8-row interleaving of Q4_0/Q8_0 projections (auto: where the\n"
+    "            kernels of the ISA that runs prefer it, i.e. AVX-512 VNNI)\n"
     "  --save writes the synthetic model as GGUF (llama.cpp-loadable) and exits\n"
     "  presets: tinyllama-1.1b, llama-2-7b, llama-3-8b, llama-3.2-1b, mistral-7b, tiny\n";
 
@@ -52,6 +54,7 @@ struct Options {
   std::string model_path, preset, type = "f32", output = "md", save_path, vocab_path;
   std::size_t prompt_tokens = 512, gen_tokens = 128, reps = 3, threads = 0;
   std::optional<hllm::Isa> isa;
+  std::string repack = "auto";
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) {
@@ -411,6 +414,12 @@ Peak peak_for(hllm::DType type, const Peaks& p, hllm::Isa isa) {
   return {p.fp32, "FP32"};
 }
 
+bool weights_repacked(const hllm::ModelWeights& w) {
+  for (const auto& layer : w.layers)
+    if (hllm::file_type_of(layer.wq.type) != layer.wq.type) return true;
+  return false;
+}
+
 struct Measurement {
   std::string test;
   double mean = 0, stddev = 0;  // tokens/s
@@ -453,6 +462,10 @@ int main(int argc, char** argv) {
       o.vocab_path = args.value();
     else if (args.is("--isa")) {
       o.isa = args.isa();
+    } else if (args.is("--repack")) {
+      o.repack = args.value();
+      if (o.repack != "auto" && o.repack != "never" && o.repack != "always")
+        args.fail("--repack must be auto, never or always");
     } else if (args.is("-o", "--output")) {
       o.output = args.value();
       if (o.output != "md" && o.output != "json") args.fail("-o must be md or json");
@@ -490,12 +503,18 @@ int main(int argc, char** argv) {
     hllm::ModelConfig config;
     hllm::ModelWeights weights;
     std::string model_name, type_name;
+    // auto: repack for the ISA the session will run (--isa may differ from this process's best).
+    const hllm::Isa run_isa = o.isa.value_or(hllm::kernels::active().isa);
+    const bool repack =
+        o.repack == "always" ||
+        (o.repack == "auto" && hllm::kernels::table_for(run_isa).prefers_interleaved);
+    const hllm::LoadOptions load{.repack = repack ? hllm::Repack::always : hllm::Repack::never};
     if (!o.model_path.empty()) {
-      hllm::GgufModel loaded = hllm::load_gguf_model(o.model_path);
+      hllm::GgufModel loaded = hllm::load_gguf_model(o.model_path, load);
       config = loaded.config;
       weights = std::move(loaded.weights);
       model_name = o.model_path;
-      type_name = hllm::dtype_name(weights.layers.at(0).wq.type);
+      type_name = hllm::dtype_name(hllm::file_type_of(weights.layers.at(0).wq.type));
     } else {
       hllm::DType type = hllm::DType::f32;
       try {
@@ -505,11 +524,14 @@ int main(int argc, char** argv) {
       }
       config = hllm::examples::synthetic_config(o.preset);
       weights = hllm::examples::synthetic_weights(config, type, 1);
+      // In memory, not a file mapping: the source stays (and so does its memory).
+      hllm::repack_weights(weights, load, /*release_source=*/false);
       model_name = o.preset + " (synthetic)";
       type_name = hllm::dtype_name(type);
     }
     const hllm::Llama<> model(config, std::move(weights));
     const std::size_t context = std::max<std::size_t>(o.prompt_tokens + o.gen_tokens + 1, 16);
+    if (weights_repacked(model.weights())) type_name += " (repacked)";
     hllm::Session<> session(model, {.context = context,
                                     .max_batch = std::max<std::size_t>(o.prompt_tokens, 1),
                                     .threads = o.threads,

@@ -125,7 +125,8 @@ TEST(GgufFixtures, EveryFileLoadsWithTheDocumentedTypes) {
       EXPECT_EQ(f.find_tensor("output.weight")->type, DType::q6_k);
     }
 
-    const hllm::GgufModel m = hllm::load_gguf_model(fixture(type));
+    // Without load-time repacking: every weight a view into the mapping.
+    const hllm::GgufModel m = hllm::load_gguf_model(fixture(type), {.repack = hllm::Repack::never});
     EXPECT_EQ(m.config.vocab_size, 512);
     EXPECT_EQ(m.config.dim, 256);
     EXPECT_EQ(m.config.n_kv_heads, 2);
@@ -871,6 +872,52 @@ TEST(GgufCorrupt, HugeTensorClaimIsRefusedAgainstTheFileSize) {
   unknown.put_u32(fields_of(unknown, "t.b").type, 99);
   hllm::test::expect_error([&] { unknown.parse(); }, ErrorKind::unsupported, "t.b", "bad.gguf",
                            fields_of(unknown, "t.b").type, "tensor type id 99 is not supported");
+  // The repacked in-memory layouts have type numbers too, but are never a file's.
+  Sample internal = make_sample();
+  internal.put_u32(fields_of(internal, "t.b").type, static_cast<std::uint32_t>(DType::q4_0_x8));
+  hllm::test::expect_error([&] { internal.parse(); }, ErrorKind::unsupported, "t.b", "bad.gguf",
+                           fields_of(internal, "t.b").type,
+                           "tensor type id 65538 is not supported");
+}
+
+// Load-time repacking (LoadOptions::repack): the blocks' Q4_0/Q8_0 projections become 8-row
+// interleaved groups; the embedding and the output projection never. Every ISA runs the repacked
+// model: the exact path bit for bit like the file's layout (same dequantized blocks, same order),
+// the integer path within the float summation bound of the kernel tests (identical block dots, a
+// different order of float additions).
+TEST(GgufModelLoad, RepackedWeightsGiveTheFileLayoutsLogitsOnEveryIsa) {
+  for (DType type : {DType::q4_0, DType::q8_0}) {
+    const auto bytes = tiny_model_bytes(type);
+    const hllm::GgufModel plain = load_bytes(bytes, {.repack = hllm::Repack::never});
+    const hllm::GgufModel packed = load_bytes(bytes, {.repack = hllm::Repack::always});
+    const DType interleaved = type == DType::q4_0 ? DType::q4_0_x8 : DType::q8_0_x8;
+    for (const auto* w : {&packed.weights.layers[1].wq, &packed.weights.layers[1].wk,
+                          &packed.weights.layers[0].ffn.down})
+      EXPECT_EQ(w->type, interleaved) << w->name;
+    EXPECT_EQ(plain.weights.layers[1].wq.type, type);
+    EXPECT_EQ(packed.weights.token_embedding.type, type);
+    EXPECT_EQ(packed.weights.output.type, type);
+    const hllm::Llama<> a(plain.config, plain.weights), b(packed.config, packed.weights);
+    const std::vector<std::int32_t> tokens{3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+    for (hllm::Isa isa : hllm::test::supported_isas())
+      for (bool exact : {false, true}) {
+        hllm::Session<> sa(a, {.isa = isa, .exact = exact}), sb(b, {.isa = isa, .exact = exact});
+        const auto la = sa.prefill(tokens, hllm::Logits::all);
+        const std::vector<float> from_file(la.begin(), la.end());
+        const auto lb = sb.prefill(tokens, hllm::Logits::all);
+        const std::vector<float> from_repacked(lb.begin(), lb.end());
+        if (exact)
+          EXPECT_EQ(from_file, from_repacked) << hllm::to_string(isa);
+        else
+          EXPECT_TRUE(hllm::test::all_close(from_file, from_repacked, 1e-4f))
+              << hllm::to_string(isa) << " " << hllm::dtype_name(type);
+        // Decode (one token): the repacked decode kernel.
+        const auto da = sa.decode(7), db = sb.decode(7);
+        EXPECT_TRUE(hllm::test::all_close(std::vector<float>(da.begin(), da.end()),
+                                          std::vector<float>(db.begin(), db.end()), 1e-4f))
+            << hllm::to_string(isa) << " decode";
+      }
+  }
 }
 
 TEST(GgufModelLoad, VocabularyThatDisagreesWithTheEmbedding) {

@@ -230,7 +230,26 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
 // random blocks (every bit pattern is a valid block) with scales d, dmin of about 1/64, so
 // values stay near unit size and every scale, minimum and 6-bit value gets exercised.
 std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, std::size_t cols,
+                                           std::uint32_t seed);
+
+// The repacked types: Q4_0/Q8_0 bytes of random floats, interleaved 8 rows to a group.
+template <class Block>
+std::vector<std::byte> interleaved_bytes(const std::vector<std::byte>& row_major, std::size_t rows,
+                                         std::size_t cols) {
+  std::vector<std::byte> out(row_major.size());
+  hllm::interleave_rows8(reinterpret_cast<const Block*>(row_major.data()), rows, cols / 32,
+                         reinterpret_cast<hllm::Interleaved8<Block>*>(out.data()));
+  return out;
+}
+
+std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, std::size_t cols,
                                            std::uint32_t seed) {
+  if (type == hllm::DType::q4_0_x8)
+    return interleaved_bytes<hllm::BlockQ4_0>(
+        random_weight_bytes(hllm::DType::q4_0, rows, cols, seed), rows, cols);
+  if (type == hllm::DType::q8_0_x8)
+    return interleaved_bytes<hllm::BlockQ8_0>(
+        random_weight_bytes(hllm::DType::q8_0, rows, cols, seed), rows, cols);
   if (type == hllm::DType::q8_0 || type == hllm::DType::q4_0)
     return hllm::quant::quantize(type, hllm::test::random_vector(rows * cols, seed));
   std::mt19937 rng(seed);
@@ -264,9 +283,10 @@ std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, s
 //    |error| <= Σ_i |w_i| · d_x(i)/2, plus float summation rounding;
 //  - against the scalar integer twin, only the float summation order differs: the integer dot
 //    of each block is exact, so the difference is bounded by the float-rounding term alone.
+// The kernel under test runs rows [0, split) and [split, rows) in two calls, as two threads would.
 template <class Block>
 void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t cols,
-                        std::size_t n_tokens, std::uint32_t seed) {
+                        std::size_t n_tokens, std::uint32_t seed, std::size_t split = 0) {
   const auto bytes = random_weight_bytes(type, rows, cols, seed);
   const hllm::WeightTensor w{type, bytes.data(), rows, cols, "w"};
   const auto x = hllm::test::random_vector(n_tokens * cols, seed + 1);
@@ -289,7 +309,7 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
     ASSERT_EQ(xq[b].sum_lo, xq_scalar[b].sum_lo);
     ASSERT_EQ(0, std::memcmp(xq[b].qs, xq_scalar[b].qs, 32));
   }
-  const std::size_t split = rows / 2 | 1;
+  if (split == 0) split = rows / 2 | 1;
   table.quant_matmul_for(type)(bytes.data(), rows, cols, xq.data(), n_tokens, fast.data(), 0,
                                std::min(split, rows));
   table.quant_matmul_for(type)(bytes.data(), rows, cols, xq.data(), n_tokens, fast.data(),
@@ -377,6 +397,66 @@ TEST_P(KernelIsa, QuantizedPrefillGemmMatchesTwinAcrossPanelAndChunkBoundaries) 
     const auto seed = static_cast<std::uint32_t>(rows * 7 + blocks + n);
     check_quant_matmul<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0, rows, cols, n, seed);
     check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0, rows, cols, n, seed);
+  }
+}
+
+// Q4_0/Q8_0 repacked 8 rows to a group (Interleaved8): on VNNI CPUs whole groups take the
+// interleaved decode kernel (under 8 tokens) or the packed-panel GEMM (16-row panels from two
+// groups, the last group of an odd count by the decode kernel); other ISAs and rows outside
+// whole groups copy rows out to the row-major kernels. Row ranges split on a group boundary, on
+// an odd row (a range that starts and ends inside groups), decode and prefill token counts,
+// K-chunk crossings (33, 70 blocks) and the 256-token chunk.
+TEST_P(KernelIsa, InterleavedQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
+  for (auto [rows, blocks, n] : {std::tuple{8u, 1u, 1u},
+                                 {16u, 3u, 2u},
+                                 {24u, 33u, 1u},
+                                 {40u, 70u, 7u},
+                                 {56u, 5u, 8u},
+                                 {24u, 64u, 17u},
+                                 {48u, 33u, 271u}}) {
+    const std::size_t cols = 32 * blocks;
+    const auto seed = static_cast<std::uint32_t>(rows * 5 + blocks + n);
+    for (std::size_t split : {rows / 2 / 8 * 8, rows / 2 | 1}) {
+      check_quant_matmul<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0_x8, rows, cols, n, seed,
+                                          split);
+      check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0_x8, rows, cols, n, seed,
+                                          split);
+    }
+  }
+}
+
+// Repacking is a permutation of whole blocks: every block reads back bit for bit, and the exact
+// (dequantizing) kernels give the row-major layout's results bit for bit.
+TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
+  const auto& table = hllm::kernels::table_for(GetParam());
+  const std::size_t rows = 24, cols = 96, n = 5;
+  const auto x = hllm::test::random_vector(n * cols, 9);
+  for (hllm::DType type : {hllm::DType::q4_0, hllm::DType::q8_0}) {
+    const bool q4 = type == hllm::DType::q4_0;
+    const auto plain = random_weight_bytes(type, rows, cols, 8);
+    const auto packed = q4 ? interleaved_bytes<hllm::BlockQ4_0>(plain, rows, cols)
+                           : interleaved_bytes<hllm::BlockQ8_0>(plain, rows, cols);
+    const std::size_t block_bytes = q4 ? sizeof(hllm::BlockQ4_0) : sizeof(hllm::BlockQ8_0);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t b = 0; b < cols / 32; ++b) {
+        const std::byte* expected = plain.data() + (r * cols / 32 + b) * block_bytes;
+        if (q4) {
+          const auto block = hllm::block_at(
+              reinterpret_cast<const hllm::BlockQ4_0x8*>(packed.data()), cols / 32, r, b);
+          ASSERT_EQ(0, std::memcmp(&block, expected, block_bytes)) << r << " " << b;
+        } else {
+          const auto block = hllm::block_at(
+              reinterpret_cast<const hllm::BlockQ8_0x8*>(packed.data()), cols / 32, r, b);
+          ASSERT_EQ(0, std::memcmp(&block, expected, block_bytes)) << r << " " << b;
+        }
+      }
+    const hllm::DType interleaved = q4 ? hllm::DType::q4_0_x8 : hllm::DType::q8_0_x8;
+    std::vector<float> from_plain(n * rows), from_packed(n * rows);
+    table.dequant_matmul_for(type)(plain.data(), rows, cols, x.data(), n, from_plain.data(), 0,
+                                   rows);
+    table.dequant_matmul_for(interleaved)(packed.data(), rows, cols, x.data(), n,
+                                          from_packed.data(), 0, rows);
+    EXPECT_EQ(from_plain, from_packed) << hllm::dtype_name(interleaved);
   }
 }
 

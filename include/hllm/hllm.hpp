@@ -30,6 +30,7 @@
 #include "hllm/model/llama.hpp"
 #include "hllm/model/llama_block.hpp"
 #include "hllm/model/presets.hpp"
+#include "hllm/model/repack.hpp"
 #include "hllm/model/session.hpp"
 #include "hllm/model/spec.hpp"
 #include "hllm/model/weights.hpp"

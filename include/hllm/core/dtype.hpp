@@ -21,12 +21,18 @@ enum class DType : std::uint32_t {
   q5_k = 13,
   q6_k = 14,
   bf16 = 30,
+  // Not file types: Q4_0 and Q8_0 repacked at load time with 8 rows interleaved block by block
+  // (Interleaved8 in quant_blocks.hpp), for the decode kernels. Numbered past every ggml type;
+  // the GGUF reader and writer refuse them (DTypeInfo::in_files).
+  q4_0_x8 = 0x10000 | 2,
+  q8_0_x8 = 0x10000 | 8,
 };
 
 struct DTypeInfo {
   const char* name;
   std::size_t block_elements;  // elements per block (1 for plain float types)
   std::size_t block_bytes;     // bytes per block
+  bool in_files = true;  // false: an in-memory layout only, never read from or written to a file
 };
 
 // Block sizes from the GGUF specification: q8_0 = f16 scale + 32 int8; q4_0 = f16 scale + 16
@@ -42,6 +48,9 @@ inline bool dtype_info(DType type, DTypeInfo& info) noexcept {
     case DType::q4_k: info = {"Q4_K", 256, 144}; return true;
     case DType::q5_k: info = {"Q5_K", 256, 176}; return true;
     case DType::q6_k: info = {"Q6_K", 256, 210}; return true;
+    // Same bytes per block as their source types; `rows` must be a multiple of 8.
+    case DType::q4_0_x8: info = {"Q4_0_X8", 32, 18, false}; return true;
+    case DType::q8_0_x8: info = {"Q8_0_X8", 32, 34, false}; return true;
   }
   return false;
 }
@@ -50,6 +59,15 @@ inline std::string dtype_name(DType type) {
   DTypeInfo info{};
   if (dtype_info(type, info)) return info.name;
   return "type#" + std::to_string(static_cast<std::uint32_t>(type));
+}
+
+// The file type a weight came from: the source type of a repacked layout, else the type itself.
+inline DType file_type_of(DType type) noexcept {
+  switch (type) {
+    case DType::q4_0_x8: return DType::q4_0;
+    case DType::q8_0_x8: return DType::q8_0;
+    default: return type;
+  }
 }
 
 // The type named `name` in either case ("q8_0" or "Q8_0"); throws for an unknown name.

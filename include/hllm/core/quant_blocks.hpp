@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/half.hpp"
@@ -67,6 +68,55 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 &&
                   sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
               "block structs must match the GGUF byte layouts (and DTypeInfo)");
+
+// Q4_0 or Q8_0 repacked at load time (DType::q4_0_x8, q8_0_x8): block b of 8 consecutive rows
+// side by side, their 8 scales first, then their 8 quant arrays, each exactly as in the file's
+// block. A matrix of R rows (R a multiple of 8) and B blocks per row is R/8 groups of B of these,
+// group g holding rows 8g..8g+7; the byte size is the source's. Why: a decode kernel then reads
+// one sequential stream per 8 rows instead of 8 streams, loads each activation block once for 8
+// rows, and gets 8 scales with one load.
+template <class Block>
+struct Interleaved8 {
+  static constexpr std::size_t kRows = 8;
+  using Quants = decltype(Block::qs);
+  f16 d[kRows];
+  Quants qs[kRows];
+};
+using BlockQ4_0x8 = Interleaved8<BlockQ4_0>;
+using BlockQ8_0x8 = Interleaved8<BlockQ8_0>;
+static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0) &&
+                  sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0),
+              "repacking keeps a tensor's byte size");
+
+// Block b of row r of a weight matrix with `blocks` blocks per row, in either layout.
+template <class Block>
+inline const Block& block_at(const Block* w, std::size_t blocks, std::size_t r, std::size_t b) {
+  return w[r * blocks + b];
+}
+template <class Block>
+inline Block block_at(const Interleaved8<Block>* w, std::size_t blocks, std::size_t r,
+                      std::size_t b) {
+  const Interleaved8<Block>& group = w[(r / 8) * blocks + b];
+  Block out;
+  out.d = group.d[r % 8];
+  std::memcpy(out.qs, group.qs[r % 8], sizeof(out.qs));
+  return out;
+}
+
+// Repacks rows [0, rows) of w (rows a multiple of 8, `blocks` blocks per row) into out.
+template <class Block>
+inline void interleave_rows8(const Block* w, std::size_t rows, std::size_t blocks,
+                             Interleaved8<Block>* out) {
+  for (std::size_t g = 0; g < rows / 8; ++g)
+    for (std::size_t b = 0; b < blocks; ++b) {
+      Interleaved8<Block>& group = out[g * blocks + b];
+      for (std::size_t i = 0; i < 8; ++i) {
+        const Block& src = w[(8 * g + i) * blocks + b];
+        group.d[i] = src.d;
+        std::memcpy(group.qs[i], src.qs, sizeof(src.qs));
+      }
+    }
+}
 
 // Activations quantized on the fly for the integer dot products of quantized weights: 32 values
 // x[i] ≈ d * qs[i], with d = max|x| / 127 and qs rounded to nearest (ties to even), plus

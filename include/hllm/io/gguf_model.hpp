@@ -22,6 +22,7 @@
 #include "hllm/io/load_options.hpp"
 #include "hllm/model/config.hpp"
 #include "hllm/model/finite_check.hpp"
+#include "hllm/model/repack.hpp"
 #include "hllm/model/weights.hpp"
 #include "hllm/nn/rope.hpp"
 
@@ -166,6 +167,7 @@ inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file,
   m.weights = assemble_weights(
       m.config, [&](const TensorSpec& spec) { return detail::gguf_weight(*file, spec, options); });
   detail::check_tokenizer_size(*file, m.config);
+  repack_weights(m.weights, options, file->is_mapped());
   m.weights.storage = file;
   m.file = std::move(file);
   return m;

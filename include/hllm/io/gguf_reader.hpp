@@ -47,6 +47,9 @@ class File {
   std::size_t alignment() const noexcept { return alignment_; }
   std::uint64_t data_offset() const noexcept { return data_offset_; }
   std::span<const std::byte> bytes() const noexcept { return file_->bytes(); }
+  // True when the bytes are this object's own read-only private mapping of a file (not memory
+  // borrowed from the caller): pages may then be dropped and would fault back from the file.
+  bool is_mapped() const noexcept { return file_->is_mapped(); }
 
   bool has(std::string_view key) const { return index_.find(key) != index_.end(); }
   ValueType type_of(std::string_view key) const { return entry(key).type; }
@@ -407,7 +410,7 @@ class File {
     const std::uint64_t type_offset = c.pos;
     const std::uint32_t raw_type = c.u32(name);
     DTypeInfo info{};
-    if (!dtype_info(static_cast<DType>(raw_type), info))
+    if (!dtype_info(static_cast<DType>(raw_type), info) || !info.in_files)
       fail(ErrorKind::unsupported,
            "tensor type id " + std::to_string(raw_type) + " is not supported", name, type_offset);
     if (dims[0] % info.block_elements != 0)

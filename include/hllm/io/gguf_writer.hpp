@@ -177,6 +177,11 @@ class Writer {
     DTypeInfo info{};
     if (!dtype_info(type, info))
       throw Error(ErrorKind::unsupported, "unknown tensor type " + dtype_name(type), {}, n);
+    if (!info.in_files)
+      throw Error(
+          ErrorKind::unsupported,
+          dtype_name(type) + " is an in-memory layout (load-time repacking), not a file type", {},
+          n);
     if (dims.empty() || dims.size() > 4)
       throw Error(ErrorKind::invalid_argument, "a tensor has 1 to 4 dimensions", {}, n);
     std::uint64_t elements = 1;

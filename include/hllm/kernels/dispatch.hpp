@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "hllm/core/aligned_buffer.hpp"
 #include "hllm/core/dtype.hpp"
@@ -80,6 +81,13 @@ struct KernelTable {
   // BF16 weights against activations rounded to bf16 (vdpbf16ps), or nullptr where the CPU has
   // no AVX512-BF16. Not exact: Compute::matmul takes it, matmul_exact never does.
   MatmulFn matmul_bf16_dot;
+  // Load-time repacked Q8_0 / Q4_0 (DType::q8_0_x8, q4_0_x8): integer and exact kernels, in
+  // every table, since a session may run any ISA on a repacked model.
+  QuantMatmulFn matmul_q8_0_x8, matmul_q4_0_x8;
+  MatmulFn dequant_q8_0_x8, dequant_q4_0_x8;
+  // Whether this table's kernels run the repacked types faster than the file's layout (VNNI);
+  // loaders repack for it (LoadOptions::repack).
+  bool prefers_interleaved = false;
 
   // The matmul for a weight type, or nullptr if this table has none (quantized types until
   // their kernels land: callers then use the reference path).
@@ -100,6 +108,8 @@ struct KernelTable {
       case DType::q4_k: return dequant_q4_k;
       case DType::q5_k: return dequant_q5_k;
       case DType::q6_k: return dequant_q6_k;
+      case DType::q8_0_x8: return dequant_q8_0_x8;
+      case DType::q4_0_x8: return dequant_q4_0_x8;
       default: return nullptr;
     }
   }
@@ -111,6 +121,8 @@ struct KernelTable {
       case DType::q4_k: return matmul_q4_k;
       case DType::q5_k: return matmul_q5_k;
       case DType::q6_k: return matmul_q6_k;
+      case DType::q8_0_x8: return matmul_q8_0_x8;
+      case DType::q4_0_x8: return matmul_q4_0_x8;
       default: return nullptr;
     }
   }
@@ -146,7 +158,9 @@ struct KernelTable {
         &quant_ns::matmul_q4_k, &quant_ns::matmul_q5_k, &quant_ns::matmul_q6_k,                \
         &ns::matmul_dequant<BlockQ8_0, kQK8_0>, &ns::matmul_dequant<BlockQ4_0, kQK4_0>,        \
         &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,         \
-        &ns::matmul_dequant<BlockQ5_K, kQK_K>, &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr  \
+        &ns::matmul_dequant<BlockQ5_K, kQK_K>, &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr, \
+        &quant_ns::matmul_q8_0_x8, &quant_ns::matmul_q4_0_x8,                                  \
+        &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>, &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>     \
   }
 
 #define HLLM_ISA_LEVEL 0
@@ -236,6 +250,7 @@ inline const KernelTable& table_for(Isa isa) {
     KernelTable table = cpu_features().avx512_vnni ? HLLM_KERNEL_TABLE(avx512, avx512_vnni)
                                                    : HLLM_KERNEL_TABLE(avx512, avx512);
     if (cpu_features().avx512_bf16) table.matmul_bf16_dot = &avx512_bf16::matmul_bf16_dot;
+    table.prefers_interleaved = cpu_features().avx512_vnni;
     return table;
   }();
   switch (isa) {

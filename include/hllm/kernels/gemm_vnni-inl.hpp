@@ -60,31 +60,78 @@ inline __m512i panel_row_offsets(std::size_t row_blocks) {
                             _mm512_set1_epi32(static_cast<int>(row_blocks * sizeof(Block))));
 }
 
-// Packs slices [b0, b0 + n) of rows [0, 16) of w (row stride: `row_blocks` blocks).
+// Where the 16 rows of a Q4_0 or Q8_0 panel live: byte offsets of each row's scale and quants
+// from `first` (the panel's first block column), and the bytes from one block column to the next.
+struct PanelAddresses {
+  const std::byte* first;
+  __m512i d_offsets, qs_offsets;
+  std::size_t block_stride;
+};
+
+// Rows in the file's layout: one row's blocks after another (row stride: `row_blocks` blocks).
 template <class Block>
-inline void pack_panel(const Block* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
-                       PanelBlock* out) {
-  const __m512i row_offsets = panel_row_offsets<Block>(row_blocks);
+inline PanelAddresses row_major_addresses(const Block* w, std::size_t row_blocks) {
+  const __m512i rows = panel_row_offsets<Block>(row_blocks);
+  return {reinterpret_cast<const std::byte*>(w),
+          _mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(offsetof(Block, d)))),
+          _mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(offsetof(Block, qs)))),
+          sizeof(Block)};
+}
+
+// Rows repacked 8 to a group (Interleaved8): rows 0..7 of the panel are lanes of group 0, rows
+// 8..15 lanes of group 1, `blocks` group blocks later. A field at `offset` in the group with
+// `lane_bytes` per row is at group_start + offset + lane·lane_bytes.
+inline __m512i interleaved_field(std::size_t group_bytes, std::size_t offset,
+                                 std::size_t lane_bytes) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i group = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i group_start =
+      _mm512_mullo_epi32(group, _mm512_set1_epi32(static_cast<int>(group_bytes)));
+  return _mm512_add_epi32(
+      _mm512_add_epi32(group_start, _mm512_set1_epi32(static_cast<int>(offset))),
+      _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(lane_bytes))));
+}
+template <class Block>
+inline PanelAddresses interleaved_addresses(const Interleaved8<Block>* w, std::size_t blocks) {
+  using Group = Interleaved8<Block>;
+  const std::size_t group_bytes = blocks * sizeof(Group);
+  return {reinterpret_cast<const std::byte*>(w),
+          interleaved_field(group_bytes, offsetof(Group, d), sizeof(f16)),
+          interleaved_field(group_bytes, offsetof(Group, qs), sizeof(typename Group::Quants)),
+          sizeof(Group)};
+}
+
+// Packs slices [b0, b0 + n) of the 16 rows at `at` (Q4_0 or Q8_0).
+template <class Block>
+inline void pack_panel(const PanelAddresses& at, std::size_t b0, std::size_t n, PanelBlock* out) {
   for (std::size_t b = 0; b < n; ++b) {
-    const Block* first = w + b0 + b;
+    const std::byte* first = at.first + (b0 + b) * at.block_stride;
     PanelBlock& p = out[b];
-    // d is an f16 at the block's start: gather 4 bytes, keep the low 2 (x86 is little-endian).
-    const __m512i d = _mm512_i32gather_epi32(row_offsets, &first->d, 1);
+    // d is an f16: gather 4 bytes, keep the low 2 (x86 is little-endian).
+    const __m512i d = _mm512_i32gather_epi32(at.d_offsets, first, 1);
     p.scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+    const std::byte* qs = first;
     if constexpr (std::is_same_v<Block, BlockQ4_0>) {
       // Byte i of a row holds weight i (low nibble) and weight i + 16 (high nibble).
       const __m512i mask = _mm512_set1_epi8(0x0f);
       _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) {
-        const __m512i q = _mm512_i32gather_epi32(row_offsets, first->qs + 4 * k, 1);
+        const __m512i q = _mm512_i32gather_epi32(at.qs_offsets, qs + 4 * k, 1);
         p.values[k] = _mm512_and_si512(q, mask);
         p.values[k + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
       }
     } else {
       const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));  // q + 128 as a u8
       _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] =
-          _mm512_xor_si512(_mm512_i32gather_epi32(row_offsets, first->qs + 4 * k, 1), flip);
+          _mm512_xor_si512(_mm512_i32gather_epi32(at.qs_offsets, qs + 4 * k, 1), flip);
     }
   }
+}
+
+// Packs slices [b0, b0 + n) of rows [0, 16) of w (row stride: `row_blocks` blocks).
+template <class Block>
+inline void pack_panel(const Block* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
+                       PanelBlock* out) {
+  pack_panel<Block>(row_major_addresses(w, row_blocks), b0, n, out);
 }
 
 // Q4_K: slice j of a super-block is the low (j even) or high nibbles of qs[32·(j/2) ..]; Q5_K
@@ -259,13 +306,30 @@ inline void panel_tokens(const PanelBlock* panel, std::size_t n, const BlockQ8Ac
                          accumulate);
 }
 
-// Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] for w: [rows][blocks] blocks
-// and x: [n_tokens][blocks] activation blocks.
+// Panel sources for gemm_packed: rows in the file's layout, or repacked 8 to a group.
 template <class Block>
-inline void gemm_packed(const Block* w, std::size_t rows, std::size_t blocks, const BlockQ8Act* x,
+struct RowMajorPanels {
+  const Block* w;
+  std::size_t row_blocks;
+  void pack(std::size_t r, std::size_t b0, std::size_t n, PanelBlock* out) const {
+    pack_panel(w + r * row_blocks, row_blocks, b0, n, out);
+  }
+};
+template <class Block>
+struct InterleavedPanels {
+  const Interleaved8<Block>* w;  // r must be a multiple of 8
+  std::size_t blocks;
+  void pack(std::size_t r, std::size_t b0, std::size_t n, PanelBlock* out) const {
+    pack_panel<Block>(interleaved_addresses(w + (r / 8) * blocks, blocks), b0, n, out);
+  }
+};
+
+// Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] for weights w (a panel
+// source) of `blocks` 32-value slices per row and x: [n_tokens][blocks] activation blocks.
+template <class Block, class Panels>
+inline void gemm_packed(const Panels& w, std::size_t rows, std::size_t blocks, const BlockQ8Act* x,
                         std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t groups) {
   static_assert(kPanelBlocks % kSlicesPerBlock<Block> == 0, "K-chunks hold whole blocks");
-  const std::size_t row_blocks = blocks / kSlicesPerBlock<Block>;
   PanelBlock panel[kPanelBlocks];
   for (std::size_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
     const std::size_t chunk = std::min(kTokenChunk, n_tokens - t0);
@@ -273,12 +337,18 @@ inline void gemm_packed(const Block* w, std::size_t rows, std::size_t blocks, co
       const std::size_t r = row_begin + g * kPanelRows;
       for (std::size_t b0 = 0; b0 < blocks; b0 += kPanelBlocks) {
         const std::size_t n = std::min(kPanelBlocks, blocks - b0);
-        pack_panel(w + r * row_blocks, row_blocks, b0, n, panel);
+        w.pack(r, b0, n, panel);
         panel_tokens<Block>(panel, n, x + t0 * blocks + b0, blocks, chunk, y + t0 * rows + r, rows,
                             b0 > 0);
       }
     }
   }
+}
+template <class Block>
+inline void gemm_packed(const Block* w, std::size_t rows, std::size_t blocks, const BlockQ8Act* x,
+                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t groups) {
+  gemm_packed<Block>(RowMajorPanels<Block>{w, blocks / kSlicesPerBlock<Block>}, rows, blocks, x,
+                     n_tokens, y, row_begin, groups);
 }
 
 #endif  // HLLM_QUANT_VNNI

@@ -274,7 +274,8 @@ inline void dequantize_for_dot(const BlockQ4_0& b, float* out) {
 // the reference code) into a small buffer and multiplied with the float activations. Slower than
 // the integer kernels but free of activation rounding: the exact path for every quantized type,
 // and the one used where precision is worth more than speed (the output projection, which runs
-// for one token per prompt). w: [rows][cols/kElements] blocks, x: [n_tokens][cols],
+// for one token per prompt). Block is the stored layout: a block type, or Interleaved8 of one
+// (read back through block_at). w: [rows][cols/kElements] blocks, x: [n_tokens][cols],
 // y: [n_tokens][rows]; rows [row_begin, row_end).
 template <std::size_t kTokens, class Block, std::size_t kElements>
 inline void dequant_rows(const Block* w, std::size_t rows, std::size_t cols, const float* x,
@@ -286,7 +287,7 @@ inline void dequant_rows(const Block* w, std::size_t rows, std::size_t cols, con
     typename V::Reg acc[kTokens];
     _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j) acc[j] = V::zero();
     for (std::size_t b = 0; b < blocks; ++b) {
-      dequantize_for_dot(w[r * blocks + b], values);
+      dequantize_for_dot(block_at(w, blocks, r, b), values);
       for (std::size_t c = 0; c < kElements; c += V::lanes) {
         const typename V::Reg wv = V::load(values + c);
         _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j) acc[j] =

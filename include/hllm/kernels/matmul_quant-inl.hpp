@@ -170,13 +170,13 @@ inline float quant_row(const Block* w, const BlockQ8Act* x, std::size_t blocks) 
 // takes both halves.
 inline constexpr std::size_t kDecodeMaxBlocks = 1024;
 
-template <class Block>
-inline void decode_activation_terms(const BlockQ8Act* x, std::size_t blocks, float* xd,
-                                    float* xoff) {
-  const float offset = std::is_same_v<Block, BlockQ4_0> ? -8.0f : 0.0f;
+// offset: the weights' integer offset (value ∝ u − offset): 8 for Q4_0, 0 for Q8_0 as stored,
+// 128 for Q8_0 flipped to unsigned.
+inline void decode_activation_terms(const BlockQ8Act* x, std::size_t blocks, float offset,
+                                    float* xd, float* xoff) {
   for (std::size_t b = 0; b < blocks; ++b) {
     xd[b] = x[b].d;
-    xoff[b] = offset * x[b].d * static_cast<float>(x[b].sum);
+    xoff[b] = -offset * x[b].d * static_cast<float>(x[b].sum);
   }
 }
 
@@ -285,7 +285,8 @@ inline void matmul_quant(const Block* w, std::size_t rows, std::size_t cols, con
 #if HLLM_ISA_LEVEL == 2
     if (blocks <= kDecodeMaxBlocks) {
       float xd[kDecodeMaxBlocks], xoff[kDecodeMaxBlocks];
-      decode_activation_terms<Block>(x + t * blocks, blocks, xd, xoff);
+      decode_activation_terms(x + t * blocks, blocks,
+                              std::is_same_v<Block, BlockQ4_0> ? 8.0f : 0.0f, xd, xoff);
       for (std::size_t r = row_begin; r < row_end; ++r)
         y[t * rows + r] = quant_row8(w + r * blocks, x + t * blocks, blocks, xd, xoff);
       continue;
@@ -299,6 +300,132 @@ inline void matmul_quant(const Block* w, std::size_t rows, std::size_t cols, con
 #endif
     }
   }
+}
+
+#if HLLM_QUANT_VNNI
+// Decode of one group of 8 repacked rows (Interleaved8) against one token: out[0..8).
+// Per block column, one activation block serves all 8 rows and one load brings their 8 scales.
+// Q4_0: each zmm holds 4 rows' 16 nibble bytes; the low nibbles meet activations 0..15 and the
+// high nibbles 16..31 (each broadcast to every 128-bit lane), so lanes 4i..4i+3 are row i's
+// partial dot. Q8_0: each zmm holds 2 rows' 32 bytes, flipped to unsigned (q + 128), against the
+// 32 activations broadcast to both halves. The offsets (8, 128) come back out in float through
+// xoff (decode_activation_terms), as in quant_row8. Two block columns per iteration keep two
+// independent FMA chains per register.
+template <class Block>
+inline void decode_group8(const Interleaved8<Block>* w, const BlockQ8Act* x, std::size_t blocks,
+                          const float* xd, const float* xoff, float* out) {
+  constexpr bool kQ4 = std::is_same_v<Block, BlockQ4_0>;
+  constexpr std::size_t kRegs = kQ4 ? 2 : 4;         // zmm registers per block column
+  constexpr std::size_t kLanesPerRow = kQ4 ? 4 : 8;  // int32 lanes holding one row's dot
+  __m512i row_of_lane[kRegs];
+  _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) {
+    alignas(64) std::int32_t idx[16];
+    for (std::size_t l = 0; l < 16; ++l)
+      idx[l] = static_cast<std::int32_t>(z * (16 / kLanesPerRow) + l / kLanesPerRow);
+    row_of_lane[z] = _mm512_load_si512(idx);
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[2][kRegs];
+  _Pragma("GCC unroll 2") for (auto& chain : acc) _Pragma("GCC unroll 4") for (auto& a : chain) a =
+      _mm512_setzero_ps();
+  __m256 offset_acc = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const Interleaved8<Block>& g = w[b];
+    const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.d)));
+    offset_acc = _mm256_fmadd_ps(wd, _mm256_set1_ps(xoff[b]), offset_acc);
+    const __m512 scale = _mm512_castps256_ps512(_mm256_mul_ps(wd, _mm256_set1_ps(xd[b])));
+    __m512(&sum)[kRegs] = acc[b & 1];
+    if constexpr (kQ4) {
+      const __m512i x_lo =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs)));
+      const __m512i x_hi =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 16)));
+      _Pragma("GCC unroll 2") for (std::size_t z = 0; z < kRegs; ++z) {
+        const __m512i q = _mm512_loadu_si512(g.qs[4 * z]);
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q, low4), x_lo);
+        dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4), x_hi);
+        sum[z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                 _mm512_permutexvar_ps(row_of_lane[z], scale), sum[z]);
+      }
+    } else {
+      const __m512i xq =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)));
+      _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) {
+        const __m512i q = _mm512_xor_si512(_mm512_loadu_si512(g.qs[2 * z]), flip);
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xq);
+        sum[z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                 _mm512_permutexvar_ps(row_of_lane[z], scale), sum[z]);
+      }
+    }
+  }
+  alignas(64) float lanes[kRegs * 16];
+  _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z)
+      _mm512_store_ps(lanes + 16 * z, _mm512_add_ps(acc[0][z], acc[1][z]));
+  alignas(32) float offsets[8];
+  _mm256_store_ps(offsets, offset_acc);
+  for (std::size_t i = 0; i < 8; ++i) {
+    float total = 0.0f;
+    for (std::size_t l = 0; l < kLanesPerRow; ++l) total += lanes[i * kLanesPerRow + l];
+    out[i] = total + offsets[i];
+  }
+}
+#endif
+
+// Load-time repacked Q4_0 / Q8_0 (Interleaved8), rows [row_begin, row_end). With VNNI, whole
+// groups run on the interleaved layout directly: prefill packs its panels from the groups,
+// decode runs decode_group8. Everything else (rows outside whole groups; other ISAs, which a
+// session may choose for a model repacked for VNNI) copies each row's blocks out and runs the
+// row-major kernels on them: the same integer arithmetic, slower.
+template <class Block>
+inline void matmul_interleaved(const Interleaved8<Block>* w, std::size_t rows, std::size_t cols,
+                               const BlockQ8Act* x, std::size_t n_tokens, float* y,
+                               std::size_t row_begin, std::size_t row_end) {
+  const std::size_t blocks = cols / 32;
+#if HLLM_QUANT_VNNI
+  if (row_begin % 8 == 0) {
+    if (n_tokens >= kPackedMinTokens) {
+      const std::size_t panels = (row_end - row_begin) / kPanelRows;
+      gemm_packed<Block>(InterleavedPanels<Block>{w, blocks}, rows, blocks, x, n_tokens, y,
+                         row_begin, panels);
+      row_begin += panels * kPanelRows;
+    }
+    if (blocks <= kDecodeMaxBlocks) {  // decode, or a group left over by the panels
+      const std::size_t groups = (row_end - row_begin) / 8;
+      const float offset = std::is_same_v<Block, BlockQ4_0> ? 8.0f : 128.0f;
+      float xd[kDecodeMaxBlocks], xoff[kDecodeMaxBlocks];
+      for (std::size_t t = 0; groups > 0 && t < n_tokens; ++t) {
+        decode_activation_terms(x + t * blocks, blocks, offset, xd, xoff);
+        for (std::size_t g = 0; g < groups; ++g) {
+          const std::size_t r = row_begin + 8 * g;
+          decode_group8(w + (r / 8) * blocks, x + t * blocks, blocks, xd, xoff, y + t * rows + r);
+        }
+      }
+      row_begin += groups * 8;
+    }
+  }
+#endif
+  if (row_begin == row_end) return;
+  thread_local std::vector<Block> row;  // [blocks], grown once per thread
+  if (row.size() < blocks) row.resize(blocks);
+  for (std::size_t r = row_begin; r < row_end; ++r) {
+    for (std::size_t b = 0; b < blocks; ++b) row[b] = block_at(w, blocks, r, b);
+    for (std::size_t t = 0; t < n_tokens; ++t)
+      quant_tile<1, 1>(row.data(), x + t * blocks, blocks, y + t * rows + r, rows);
+  }
+}
+
+inline void matmul_q8_0_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                           std::size_t n_tokens, float* y, std::size_t row_begin,
+                           std::size_t row_end) {
+  matmul_interleaved(static_cast<const BlockQ8_0x8*>(w), rows, cols, x, n_tokens, y, row_begin,
+                     row_end);
+}
+inline void matmul_q4_0_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                           std::size_t n_tokens, float* y, std::size_t row_begin,
+                           std::size_t row_end) {
+  matmul_interleaved(static_cast<const BlockQ4_0x8*>(w), rows, cols, x, n_tokens, y, row_begin,
+                     row_end);
 }
 
 inline void matmul_q8_0(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,

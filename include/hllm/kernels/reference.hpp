@@ -163,9 +163,20 @@ void dequantize_blocks(const WeightTensor& w, std::size_t row, float* out) {
   }
 }
 
+// Row `row` of a load-time repacked weight (Interleaved8). out: [w.cols]
+template <class Block, std::size_t BlockElements>
+void dequantize_interleaved_row(const WeightTensor& w, std::size_t row, float* out) {
+  const std::size_t blocks = w.cols / BlockElements;
+  const auto* groups = static_cast<const Interleaved8<Block>*>(w.data);
+  for (std::size_t b = 0; b < blocks; ++b)
+    dequantize_block(block_at(groups, blocks, row, b), out + b * BlockElements);
+}
+
 // Row `row` of a quantized weight as float32; false if w.type is not a quantized type.
 inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, float* out) {
   switch (w.type) {
+    case DType::q8_0_x8: dequantize_interleaved_row<BlockQ8_0, kQK8_0>(w, row, out); return true;
+    case DType::q4_0_x8: dequantize_interleaved_row<BlockQ4_0, kQK4_0>(w, row, out); return true;
     case DType::q8_0: dequantize_blocks<BlockQ8_0, kQK8_0>(w, row, out); return true;
     case DType::q4_0: dequantize_blocks<BlockQ4_0, kQK4_0>(w, row, out); return true;
     case DType::q4_1: dequantize_blocks<BlockQ4_1, kQK4_1>(w, row, out); return true;
@@ -186,6 +197,8 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
     case DType::bf16: return matmul(w.as<bf16>(), w.rows, w.cols, x, n_tokens, y);
     case DType::q8_0:
     case DType::q4_0:
+    case DType::q8_0_x8:
+    case DType::q4_0_x8:
     case DType::q4_1:
     case DType::q4_k:
     case DType::q5_k:

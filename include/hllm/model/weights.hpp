@@ -40,6 +40,8 @@ struct ModelWeights {
   WeightTensor output_norm;             // [1][dim], f32
   WeightTensor output;                  // [vocab][dim]; empty when tied to the embedding
   std::shared_ptr<const void> storage;  // owner of the bytes the views point into
+  // Owner of the load-time repacked weights (model/repack.hpp), if any.
+  std::shared_ptr<const void> repacked_storage;
 };
 
 // The tensors a Llama model has, with GGUF names and shapes [rows][cols].
