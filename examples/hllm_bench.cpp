@@ -415,9 +415,7 @@ Peak peak_for(hllm::DType type, const Peaks& p, hllm::Isa isa) {
 }
 
 bool weights_repacked(const hllm::ModelWeights& w) {
-  for (const auto& layer : w.layers)
-    if (hllm::file_type_of(layer.wq.type) != layer.wq.type) return true;
-  return false;
+  return hllm::file_type_of(w.layers.at(0).wq.type) != w.layers.at(0).wq.type;
 }
 
 struct Measurement {
@@ -503,16 +501,20 @@ int main(int argc, char** argv) {
     hllm::ModelConfig config;
     hllm::ModelWeights weights;
     std::string model_name, type_name;
-    // auto: repack for the ISA the session will run (--isa may differ from this process's best).
+    // auto: interleave for the ISA the session will run (--isa may differ from this process's
+    // best), move into huge pages where the kernel grants them.
     const hllm::Isa run_isa = o.isa.value_or(hllm::kernels::active().isa);
-    const bool repack =
+    const hllm::RepackPlan plan{
         o.repack == "always" ||
-        (o.repack == "auto" && hllm::kernels::table_for(run_isa).prefers_interleaved);
-    const hllm::LoadOptions load{.repack = repack ? hllm::Repack::always : hllm::Repack::never};
+            (o.repack == "auto" && hllm::kernels::table_for(run_isa).prefers_interleaved),
+        o.repack == "always" || (o.repack == "auto" && hllm::huge_pages_available())};
     if (!o.model_path.empty()) {
-      hllm::GgufModel loaded = hllm::load_gguf_model(o.model_path, load);
+      hllm::GgufModel loaded =
+          hllm::load_gguf_model(o.model_path, {.repack = hllm::Repack::never});
       config = loaded.config;
       weights = std::move(loaded.weights);
+      if (plan.interleave || plan.move_all)
+        hllm::repack_weights(weights, plan, loaded.file->is_mapped());
       model_name = o.model_path;
       type_name = hllm::dtype_name(hllm::file_type_of(weights.layers.at(0).wq.type));
     } else {
@@ -525,7 +527,7 @@ int main(int argc, char** argv) {
       config = hllm::examples::synthetic_config(o.preset);
       weights = hllm::examples::synthetic_weights(config, type, 1);
       // In memory, not a file mapping: the source stays (and so does its memory).
-      hllm::repack_weights(weights, load, /*release_source=*/false);
+      if (plan.interleave) hllm::repack_weights(weights, {.interleave = true}, false);
       model_name = o.preset + " (synthetic)";
       type_name = hllm::dtype_name(type);
     }

@@ -12,7 +12,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "hllm/core/dtype.hpp"
@@ -91,43 +94,79 @@ inline DType repack_tensor(const WeightTensor& w, void* out) {
   return repacked;
 }
 
-// Repacks every Q4_0/Q8_0 projection weight of the blocks (attention, feed-forward) into one new
-// buffer, which weights.repacked_storage then owns, and points the views
-// at it. release_source: the source bytes are this process's private file mapping, whose pages
-// are dropped tensor by tensor (see detail::release_mapped_pages), so the peak resident size
-// grows by about one tensor, not by the repacked total.
-inline void repack_weights(ModelWeights& weights, bool release_source) {
-  std::vector<WeightTensor*> targets;
+// Whether this kernel gives anonymous memory transparent huge pages on request (Linux: "always"
+// or "madvise" in /sys/kernel/mm/transparent_hugepage/enabled).
+inline bool huge_pages_available() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  return line.find("[always]") != std::string::npos || line.find("[madvise]") != std::string::npos;
+}
+
+// What repack_weights does to the projection weights (the blocks' attention and feed-forward
+// matrices and an untied output matrix; never the embedding).
+struct RepackPlan {
+  bool interleave = false;  // the blocks' Q4_0/Q8_0 matrices become Q4_0_X8/Q8_0_X8
+  bool move_all = false;    // every other projection is copied over as it is, for the huge pages
+};
+
+// Moves the projection weights that `plan` names into one new huge-page buffer (which
+// weights.repacked_storage then owns) and points the views at it. The output projection keeps
+// its type: it runs on the exact, dequantizing path (Llama::forward). release_source: the
+// source bytes are this process's private file mapping, whose pages are dropped tensor by
+// tensor (see detail::release_mapped_pages), so the peak resident size grows by about one
+// tensor, not by the total.
+inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_source) {
+  struct Target {
+    WeightTensor* w;
+    DType to;
+  };
+  std::vector<Target> targets;
+  const auto consider = [&](WeightTensor& w, bool may_interleave) {
+    const DType to = plan.interleave && may_interleave ? interleaved_type(w) : w.type;
+    if (!w.empty() && (to != w.type || plan.move_all)) targets.push_back({&w, to});
+  };
   for (LayerWeights& layer : weights.layers)
     for (WeightTensor* w : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.ffn.gate,
                             &layer.ffn.up, &layer.ffn.down})
-      targets.push_back(w);
-  std::erase_if(targets, [](const WeightTensor* w) { return interleaved_type(*w) == w->type; });
+      consider(*w, true);
+  consider(weights.output, false);
   if (targets.empty()) return;
 
   std::size_t total = 0;
-  for (const WeightTensor* w : targets) total += (w->bytes() + 63) / 64 * 64;
+  for (const Target& t : targets) total += (t.w->bytes() + 63) / 64 * 64;
   std::shared_ptr<std::byte> storage = detail::allocate_huge_pages(total);
   std::byte* buffer = storage.get();
 
   std::size_t offset = 0;
-  for (WeightTensor* w : targets) {
-    const std::size_t bytes = w->bytes();
+  for (const Target& t : targets) {
+    const std::size_t bytes = t.w->bytes();
     void* out = buffer + offset;
-    const DType repacked = repack_tensor(*w, out);
-    if (release_source) detail::release_mapped_pages(w->data, bytes);
-    w->type = repacked;
-    w->data = out;
+    if (t.to != t.w->type)
+      repack_tensor(*t.w, out);
+    else
+      std::memcpy(out, t.w->data, bytes);
+    if (release_source) detail::release_mapped_pages(t.w->data, bytes);
+    t.w->type = t.to;
+    t.w->data = out;
     offset += (bytes + 63) / 64 * 64;
   }
   weights.repacked_storage = std::move(storage);
 }
 
-// Applies options.repack: automatic repacks when this process's kernels prefer it.
+// Applies options.repack (see Repack). release_source: the weights are views into this
+// process's own file mapping.
 inline void repack_weights(ModelWeights& weights, const LoadOptions& options, bool release_source) {
-  const bool repack = options.repack == Repack::always || (options.repack == Repack::automatic &&
-                                                           kernels::active().prefers_interleaved);
-  if (repack) repack_weights(weights, release_source);
+  switch (options.repack) {
+    case Repack::never: return;
+    case Repack::always: return repack_weights(weights, {true, true}, release_source);
+    case Repack::automatic:
+      // Borrowed memory stays where it is: copying it would double it.
+      if (release_source)
+        repack_weights(weights, {kernels::active().prefers_interleaved, huge_pages_available()},
+                       true);
+      return;
+  }
 }
 
 }  // namespace hllm
