@@ -89,6 +89,17 @@ BENCHMARK(BM_Matmul<hllm::bf16>)->Apply(matmul_shapes);
 // once outside the timed loop; BM_QuantizeActivations times that step). Args: isa (1 avx2,
 // 2 avx512 with VNNI where the CPU has it), rows, cols, n_tokens. Counters as BM_Matmul:
 // weight bytes per second (the file's bytes, scales included) and FLOP/s.
+// Q4_K super-blocks of random bytes (every bit pattern is a valid block) with unit-sized scales.
+std::vector<std::byte> random_q4_k(std::size_t n) {
+  std::vector<std::byte> bytes(n / hllm::kQK_K * sizeof(hllm::BlockQ4_K));
+  std::mt19937 rng(1);
+  for (auto& b : bytes) b = static_cast<std::byte>(rng());
+  auto* blocks = reinterpret_cast<hllm::BlockQ4_K*>(bytes.data());
+  for (std::size_t i = 0; i < n / hllm::kQK_K; ++i)
+    blocks[i].d = blocks[i].dmin = hllm::from_float<hllm::f16>(1.0f / 64);
+  return bytes;
+}
+
 template <hllm::DType kType>
 void BM_QuantMatmul(benchmark::State& state) {
   MatmulShape shape;
@@ -96,14 +107,15 @@ void BM_QuantMatmul(benchmark::State& state) {
   const auto [isa, rows, cols, n] = shape;
   const auto& table = hllm::kernels::table_for(isa);
   // The repacked types: the file type's bytes, repacked as a loader would.
-  constexpr hllm::DType kFileType = kType == hllm::DType::q4_0_x8   ? hllm::DType::q4_0
-                                    : kType == hllm::DType::q8_0_x8 ? hllm::DType::q8_0
-                                                                    : kType;
-  auto w = hllm::quant::quantize(kFileType, random_floats(rows * cols, 1));
+  constexpr hllm::DType kFileType = hllm::file_type_of(kType);
+  auto w = kFileType == hllm::DType::q4_k
+               ? random_q4_k(rows * cols)
+               : hllm::quant::quantize(kFileType, random_floats(rows * cols, 1));
   if constexpr (kType != kFileType) {
     const auto file_layout = w;
-    hllm::repack_tensor(hllm::WeightTensor{kFileType, file_layout.data(), rows, cols, "w"},
-                        w.data());
+    const hllm::WeightTensor source{kFileType, file_layout.data(), rows, cols, "w"};
+    w.resize(hllm::WeightTensor{kType, nullptr, rows, cols, "w"}.bytes());
+    hllm::repack_tensor(source, w.data());
   }
   const auto x = random_floats(n * cols, 2);
   std::vector<hllm::BlockQ8Act> xq(n * cols / 32);
@@ -135,6 +147,8 @@ BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0_x8>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k_x8>)->Apply(quant_matmul_shapes);
 
 // 8-bit activation quantization of one 2048-wide token (the per-matmul step before the
 // integer kernels); reports the float bytes read per second.

@@ -232,12 +232,13 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
 std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, std::size_t cols,
                                            std::uint32_t seed);
 
-// The repacked types: Q4_0/Q8_0 bytes of random floats, interleaved 8 rows to a group.
+// The repacked types: the file type's random bytes, interleaved 8 rows to a group.
 template <class Block>
 std::vector<std::byte> interleaved_bytes(const std::vector<std::byte>& row_major, std::size_t rows,
                                          std::size_t cols) {
-  std::vector<std::byte> out(row_major.size());
-  hllm::interleave_rows8(reinterpret_cast<const Block*>(row_major.data()), rows, cols / 32,
+  const std::size_t units = cols / (std::is_same_v<Block, hllm::BlockQ4_K> ? hllm::kQK_K : 32);
+  std::vector<std::byte> out(rows / 8 * units * sizeof(hllm::Interleaved8<Block>));
+  hllm::interleave_rows8(reinterpret_cast<const Block*>(row_major.data()), rows, units,
                          reinterpret_cast<hllm::Interleaved8<Block>*>(out.data()));
   return out;
 }
@@ -250,6 +251,9 @@ std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, s
   if (type == hllm::DType::q8_0_x8)
     return interleaved_bytes<hllm::BlockQ8_0>(
         random_weight_bytes(hllm::DType::q8_0, rows, cols, seed), rows, cols);
+  if (type == hllm::DType::q4_k_x8)
+    return interleaved_bytes<hllm::BlockQ4_K>(
+        random_weight_bytes(hllm::DType::q4_k, rows, cols, seed), rows, cols);
   if (type == hllm::DType::q8_0 || type == hllm::DType::q4_0)
     return hllm::quant::quantize(type, hllm::test::random_vector(rows * cols, seed));
   std::mt19937 rng(seed);
@@ -321,9 +325,14 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
   // scales with Σ|s·q·x| + Σ|min·x| <= Σ|w·x| + 2·Σ|min·x|: the minimums are the values of the
   // same blocks with every nibble zeroed.
   std::vector<std::byte> zeroed = bytes;
-  const bool has_minimum = type == hllm::DType::q4_k || type == hllm::DType::q5_k;
+  const bool has_minimum =
+      type == hllm::DType::q4_k || type == hllm::DType::q5_k || type == hllm::DType::q4_k_x8;
   for (std::size_t i = 0; has_minimum && i < rows * cols / hllm::kQK_K; ++i) {
-    if (type == hllm::DType::q4_k) {
+    if (type == hllm::DType::q4_k_x8) {
+      if (i % 8 == 0)  // one group holds 8 rows' super-block
+        std::memset(reinterpret_cast<hllm::BlockQ4_Kx8*>(zeroed.data())[i / 8].qs, 0,
+                    sizeof(hllm::BlockQ4_Kx8::qs));
+    } else if (type == hllm::DType::q4_k) {
       std::memset(reinterpret_cast<hllm::BlockQ4_K*>(zeroed.data())[i].qs, 0, hllm::kQK_K / 2);
     } else {
       auto& block = reinterpret_cast<hllm::BlockQ5_K*>(zeroed.data())[i];
@@ -400,7 +409,7 @@ TEST_P(KernelIsa, QuantizedPrefillGemmMatchesTwinAcrossPanelAndChunkBoundaries) 
   }
 }
 
-// Q4_0/Q8_0 repacked 8 rows to a group (Interleaved8): on VNNI CPUs whole groups take the
+// Q4_0/Q8_0/Q4_K repacked 8 rows to a group (Interleaved8): on VNNI CPUs whole groups take the
 // interleaved decode kernel (under 8 tokens) or the packed-panel GEMM (16-row panels from two
 // groups, the last group of an odd count by the decode kernel); other ISAs and rows outside
 // whole groups copy rows out to the row-major kernels. Row ranges split on a group boundary, on
@@ -421,43 +430,47 @@ TEST_P(KernelIsa, InterleavedQuantMatmulMatchesTwinAndExactWithinDerivedBounds) 
                                           split);
       check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0_x8, rows, cols, n, seed,
                                           split);
+      // Q4_K: whole super-blocks (8 blocks); 5 of them cross a 32-slice K-chunk.
+      const std::size_t supers = (blocks + 7) / 8 + (blocks > 32 ? 1 : 0);
+      check_quant_matmul<hllm::BlockQ4_K>(GetParam(), hllm::DType::q4_k_x8, rows,
+                                          hllm::kQK_K * supers, n, seed, split);
     }
   }
 }
 
-// Repacking is a permutation of whole blocks: every block reads back bit for bit, and the exact
-// (dequantizing) kernels give the row-major layout's results bit for bit.
-TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
-  const auto& table = hllm::kernels::table_for(GetParam());
-  const std::size_t rows = 24, cols = 96, n = 5;
+// Repacking keeps every block: each reads back bit for bit (Q4_K's unpacked scales pack again
+// into the same 12 bytes: random bytes, every bit pattern), and the exact (dequantizing)
+// kernels give the row-major layout's results bit for bit.
+template <class Block>
+void check_interleaved_layout(Isa isa, hllm::DType type, hllm::DType interleaved,
+                              std::size_t cols) {
+  const auto& table = hllm::kernels::table_for(isa);
+  const std::size_t rows = 24, n = 5, units = cols / (sizeof(Block) > 40 ? hllm::kQK_K : 32);
   const auto x = hllm::test::random_vector(n * cols, 9);
-  for (hllm::DType type : {hllm::DType::q4_0, hllm::DType::q8_0}) {
-    const bool q4 = type == hllm::DType::q4_0;
-    const auto plain = random_weight_bytes(type, rows, cols, 8);
-    const auto packed = q4 ? interleaved_bytes<hllm::BlockQ4_0>(plain, rows, cols)
-                           : interleaved_bytes<hllm::BlockQ8_0>(plain, rows, cols);
-    const std::size_t block_bytes = q4 ? sizeof(hllm::BlockQ4_0) : sizeof(hllm::BlockQ8_0);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t b = 0; b < cols / 32; ++b) {
-        const std::byte* expected = plain.data() + (r * cols / 32 + b) * block_bytes;
-        if (q4) {
-          const auto block = hllm::block_at(
-              reinterpret_cast<const hllm::BlockQ4_0x8*>(packed.data()), cols / 32, r, b);
-          ASSERT_EQ(0, std::memcmp(&block, expected, block_bytes)) << r << " " << b;
-        } else {
-          const auto block = hllm::block_at(
-              reinterpret_cast<const hllm::BlockQ8_0x8*>(packed.data()), cols / 32, r, b);
-          ASSERT_EQ(0, std::memcmp(&block, expected, block_bytes)) << r << " " << b;
-        }
-      }
-    const hllm::DType interleaved = q4 ? hllm::DType::q4_0_x8 : hllm::DType::q8_0_x8;
-    std::vector<float> from_plain(n * rows), from_packed(n * rows);
-    table.dequant_matmul_for(type)(plain.data(), rows, cols, x.data(), n, from_plain.data(), 0,
-                                   rows);
-    table.dequant_matmul_for(interleaved)(packed.data(), rows, cols, x.data(), n,
-                                          from_packed.data(), 0, rows);
-    EXPECT_EQ(from_plain, from_packed) << hllm::dtype_name(interleaved);
-  }
+  const auto plain = random_weight_bytes(type, rows, cols, 8);
+  const auto packed = interleaved_bytes<Block>(plain, rows, cols);
+  const auto* groups = reinterpret_cast<const hllm::Interleaved8<Block>*>(packed.data());
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t u = 0; u < units; ++u) {
+      const Block block = hllm::block_at(groups, units, r, u);
+      ASSERT_EQ(0,
+                std::memcmp(&block, plain.data() + (r * units + u) * sizeof(Block), sizeof(Block)))
+          << hllm::dtype_name(interleaved) << " row " << r << " block " << u;
+    }
+  std::vector<float> from_plain(n * rows), from_packed(n * rows);
+  table.dequant_matmul_for(type)(plain.data(), rows, cols, x.data(), n, from_plain.data(), 0, rows);
+  table.dequant_matmul_for(interleaved)(packed.data(), rows, cols, x.data(), n, from_packed.data(),
+                                        0, rows);
+  EXPECT_EQ(from_plain, from_packed) << hllm::dtype_name(interleaved);
+}
+
+TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
+  check_interleaved_layout<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0, hllm::DType::q4_0_x8,
+                                            96);
+  check_interleaved_layout<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0, hllm::DType::q8_0_x8,
+                                            96);
+  check_interleaved_layout<hllm::BlockQ4_K>(GetParam(), hllm::DType::q4_k, hllm::DType::q4_k_x8,
+                                            512);
 }
 
 // The AVX512-BF16 kernel rounds activations to bf16 (8 significant bits: |x − bf16(x)| <=

@@ -21,11 +21,12 @@ enum class DType : std::uint32_t {
   q5_k = 13,
   q6_k = 14,
   bf16 = 30,
-  // Not file types: Q4_0 and Q8_0 repacked at load time with 8 rows interleaved block by block
-  // (Interleaved8 in quant_blocks.hpp), for the decode kernels. Numbered past every ggml type;
-  // the GGUF reader and writer refuse them (DTypeInfo::in_files).
+  // Not file types: Q4_0, Q8_0 and Q4_K repacked at load time with 8 rows interleaved block by
+  // block (Interleaved8 in quant_blocks.hpp), for the decode kernels. Numbered past every ggml
+  // type; the GGUF reader and writer refuse them (DTypeInfo::in_files).
   q4_0_x8 = 0x10000 | 2,
   q8_0_x8 = 0x10000 | 8,
+  q4_k_x8 = 0x10000 | 12,
 };
 
 struct DTypeInfo {
@@ -51,6 +52,8 @@ inline bool dtype_info(DType type, DTypeInfo& info) noexcept {
     // Same bytes per block as their source types; `rows` must be a multiple of 8.
     case DType::q4_0_x8: info = {"Q4_0_X8", 32, 18, false}; return true;
     case DType::q8_0_x8: info = {"Q8_0_X8", 32, 34, false}; return true;
+    // The 6-bit scales unpacked to bytes: 1184 bytes per 8 rows' super-block.
+    case DType::q4_k_x8: info = {"Q4_K_X8", 256, 148, false}; return true;
   }
   return false;
 }
@@ -62,10 +65,11 @@ inline std::string dtype_name(DType type) {
 }
 
 // The file type a weight came from: the source type of a repacked layout, else the type itself.
-inline DType file_type_of(DType type) noexcept {
+constexpr DType file_type_of(DType type) noexcept {
   switch (type) {
     case DType::q4_0_x8: return DType::q4_0;
     case DType::q8_0_x8: return DType::q8_0;
+    case DType::q4_k_x8: return DType::q4_k;
     default: return type;
   }
 }

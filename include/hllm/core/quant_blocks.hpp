@@ -69,6 +69,31 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
                   sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210,
               "block structs must match the GGUF byte layouts (and DTypeInfo)");
 
+// The 6-bit scale and min of Q4_K sub-block j (0..7) from the 12 packed bytes: sub-blocks 0..3
+// use the low 6 bits of bytes j and j+4; 4..7 combine a nibble of byte j+4 with the top two bits
+// of bytes j-4 (scale) and j (min).
+inline void q4_k_scale_min(std::size_t j, const std::uint8_t* q, std::uint8_t& scale,
+                           std::uint8_t& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = static_cast<std::uint8_t>((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+    min = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// The inverse: 8 scales and 8 mins (each < 64) into the 12 packed bytes. Every one of the 96
+// bits is used, so unpacking and packing again gives back any 12 bytes exactly.
+inline void q4_k_pack_scales_mins(const std::uint8_t* scales, const std::uint8_t* mins,
+                                  std::uint8_t* q) {
+  for (std::size_t j = 0; j < 4; ++j) {
+    q[j] = static_cast<std::uint8_t>((scales[j] & 63) | ((scales[j + 4] >> 4) << 6));
+    q[j + 4] = static_cast<std::uint8_t>((mins[j] & 63) | ((mins[j + 4] >> 4) << 6));
+    q[j + 8] = static_cast<std::uint8_t>((scales[j + 4] & 0x0f) | ((mins[j + 4] & 0x0f) << 4));
+  }
+}
+
 // Q4_0 or Q8_0 repacked at load time (DType::q4_0_x8, q8_0_x8): block b of 8 consecutive rows
 // side by side, their 8 scales first, then their 8 quant arrays, each exactly as in the file's
 // block. A matrix of R rows (R a multiple of 8) and B blocks per row is R/8 groups of B of these,
@@ -88,6 +113,24 @@ static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0) &&
                   sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0),
               "repacking keeps a tensor's byte size");
 
+// Q4_K repacked (DType::q4_k_x8): super-block s of 8 rows, with the 6-bit scales and minimums
+// unpacked to bytes ([sub-block][row], so one 8-byte load brings a sub-block's 8 rows) and the
+// nibbles regrouped so that each 32-byte run serves one pair of sub-blocks of one row (sub-block
+// 2p in the low nibbles, 2p + 1 in the high ones, as in the file) and two rows' runs are
+// adjacent: one zmm load. 1184 bytes for 8 rows, 148 per row's super-block (the file's 144 plus
+// the unpacked scales, minus their packed bytes).
+template <>
+struct Interleaved8<BlockQ4_K> {
+  static constexpr std::size_t kRows = 8;
+  f16 d[kRows];
+  f16 dmin[kRows];
+  std::uint8_t scales[8][kRows];  // [sub-block][row]
+  std::uint8_t mins[8][kRows];    // [sub-block][row]
+  std::uint8_t qs[4][kRows][32];  // [sub-block pair][row]: the row's qs[32p .. 32p + 32)
+};
+using BlockQ4_Kx8 = Interleaved8<BlockQ4_K>;
+static_assert(sizeof(BlockQ4_Kx8) == 8 * 148, "DTypeInfo of q4_k_x8");
+
 // Block b of row r of a weight matrix with `blocks` blocks per row, in either layout.
 template <class Block>
 inline const Block& block_at(const Block* w, std::size_t blocks, std::size_t r, std::size_t b) {
@@ -103,6 +146,19 @@ inline Block block_at(const Interleaved8<Block>* w, std::size_t blocks, std::siz
   return out;
 }
 
+inline BlockQ4_K block_at(const BlockQ4_Kx8* w, std::size_t supers, std::size_t r, std::size_t s) {
+  const BlockQ4_Kx8& group = w[(r / 8) * supers + s];
+  const std::size_t i = r % 8;
+  BlockQ4_K out;
+  out.d = group.d[i];
+  out.dmin = group.dmin[i];
+  std::uint8_t scales[8], mins[8];
+  for (std::size_t j = 0; j < 8; ++j) scales[j] = group.scales[j][i], mins[j] = group.mins[j][i];
+  q4_k_pack_scales_mins(scales, mins, out.scales);
+  for (std::size_t p = 0; p < 4; ++p) std::memcpy(out.qs + 32 * p, group.qs[p][i], 32);
+  return out;
+}
+
 // Repacks rows [0, rows) of w (rows a multiple of 8, `blocks` blocks per row) into out.
 template <class Block>
 inline void interleave_rows8(const Block* w, std::size_t rows, std::size_t blocks,
@@ -114,6 +170,21 @@ inline void interleave_rows8(const Block* w, std::size_t rows, std::size_t block
         const Block& src = w[(8 * g + i) * blocks + b];
         group.d[i] = src.d;
         std::memcpy(group.qs[i], src.qs, sizeof(src.qs));
+      }
+    }
+}
+inline void interleave_rows8(const BlockQ4_K* w, std::size_t rows, std::size_t supers,
+                             BlockQ4_Kx8* out) {
+  for (std::size_t g = 0; g < rows / 8; ++g)
+    for (std::size_t s = 0; s < supers; ++s) {
+      BlockQ4_Kx8& group = out[g * supers + s];
+      for (std::size_t i = 0; i < 8; ++i) {
+        const BlockQ4_K& src = w[(8 * g + i) * supers + s];
+        group.d[i] = src.d;
+        group.dmin[i] = src.dmin;
+        for (std::size_t j = 0; j < 8; ++j)
+          q4_k_scale_min(j, src.scales, group.scales[j][i], group.mins[j][i]);
+        for (std::size_t p = 0; p < 4; ++p) std::memcpy(group.qs[p][i], src.qs + 32 * p, 32);
       }
     }
 }

@@ -178,6 +178,38 @@ inline void pack_panel(const BlockQ5_K* w, std::size_t row_blocks, std::size_t b
   pack_panel_with_minimums(w, row_blocks, b0, n, out);
 }
 
+// Repacked Q4_K (BlockQ4_Kx8): rows 0..7 of the panel from the group at w, rows 8..15 from the
+// group `supers` super-blocks later. The scales and minimums are already bytes; slice j's
+// nibbles are the low (j even) or high half of each row's 32-byte run of pair j/2.
+inline void pack_panel(const BlockQ4_Kx8* w, std::size_t supers, std::size_t b0, std::size_t n,
+                       PanelBlock* out) {
+  const __m512i row_offsets =
+      interleaved_field(supers * sizeof(BlockQ4_Kx8), 0, sizeof(BlockQ4_Kx8::qs[0][0]));
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::size_t slice = (b0 + b) % 8, s = (b0 + b) / 8;
+    const BlockQ4_Kx8* half[2] = {w + s, w + supers + s};
+    __m256 scales[2], mins[2];
+    for (std::size_t h = 0; h < 2; ++h) {
+      const BlockQ4_Kx8& g = *half[h];
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.d)));
+      const __m256 dmin =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.dmin)));
+      scales[h] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                       reinterpret_cast<const __m128i*>(g.scales[slice])))));
+      mins[h] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                        reinterpret_cast<const __m128i*>(g.mins[slice])))));
+    }
+    PanelBlock& p = out[b];
+    p.scales = _mm512_insertf32x8(_mm512_castps256_ps512(scales[0]), scales[1], 1);
+    p.mins = _mm512_insertf32x8(_mm512_castps256_ps512(mins[0]), mins[1], 1);
+    const std::uint8_t* qs = w[s].qs[slice / 2][0];
+    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(4 * (slice & 1)));
+    _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] = _mm512_and_si512(
+        _mm512_srl_epi32(_mm512_i32gather_epi32(row_offsets, qs + 4 * k, 1), shift), mask);
+  }
+}
+
 // Q6_K: slice (h, i) combines ql nibbles and qh bit pairs (reference::q6_k_slice_layout).
 inline void pack_panel(const BlockQ6_K* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
                        PanelBlock* out) {
@@ -318,9 +350,12 @@ struct RowMajorPanels {
 template <class Block>
 struct InterleavedPanels {
   const Interleaved8<Block>* w;  // r must be a multiple of 8
-  std::size_t blocks;
+  std::size_t units;             // blocks (Q4_K: super-blocks) per row
   void pack(std::size_t r, std::size_t b0, std::size_t n, PanelBlock* out) const {
-    pack_panel<Block>(interleaved_addresses(w + (r / 8) * blocks, blocks), b0, n, out);
+    if constexpr (std::is_same_v<Block, BlockQ4_K>)
+      pack_panel(w + (r / 8) * units, units, b0, n, out);
+    else
+      pack_panel<Block>(interleaved_addresses(w + (r / 8) * units, units), b0, n, out);
   }
 };
 

@@ -65,19 +65,7 @@ inline void dequantize_block(const BlockQ4_1& b, float* out) {
   }
 }
 
-// The 6-bit scale and min of Q4_K sub-block j (0..7) from the 12 packed bytes: sub-blocks 0..3
-// use the low 6 bits of bytes j and j+4; 4..7 combine a nibble of byte j+4 with the top two bits
-// of bytes j-4 (scale) and j (min).
-inline void q4_k_scale_min(std::size_t j, const std::uint8_t* q, std::uint8_t& scale,
-                           std::uint8_t& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = static_cast<std::uint8_t>((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-    min = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
+using ::hllm::q4_k_scale_min;  // (quant_blocks.hpp: the repacking needs it too)
 
 // Where the 32 values of slice `slice` (0..7) of a Q6_K super-block live (the layout
 // dequantize_block(BlockQ6_K) walks): slice (h, i) = (slice / 4, slice % 4) takes value l from
@@ -177,6 +165,7 @@ inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, flo
   switch (w.type) {
     case DType::q8_0_x8: dequantize_interleaved_row<BlockQ8_0, kQK8_0>(w, row, out); return true;
     case DType::q4_0_x8: dequantize_interleaved_row<BlockQ4_0, kQK4_0>(w, row, out); return true;
+    case DType::q4_k_x8: dequantize_interleaved_row<BlockQ4_K, kQK_K>(w, row, out); return true;
     case DType::q8_0: dequantize_blocks<BlockQ8_0, kQK8_0>(w, row, out); return true;
     case DType::q4_0: dequantize_blocks<BlockQ4_0, kQK4_0>(w, row, out); return true;
     case DType::q4_1: dequantize_blocks<BlockQ4_1, kQK4_1>(w, row, out); return true;
@@ -199,6 +188,7 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
     case DType::q4_0:
     case DType::q8_0_x8:
     case DType::q4_0_x8:
+    case DType::q4_k_x8:
     case DType::q4_1:
     case DType::q4_k:
     case DType::q5_k:

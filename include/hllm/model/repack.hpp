@@ -1,10 +1,10 @@
 #pragma once
-// Load-time repacking of a model's Q4_0 and Q8_0 projection weights into 8-row interleaved
-// groups (Interleaved8, DType::q4_0_x8 / q8_0_x8). Decode reads each weight once per token, and
-// with the file's layout a kernel either streams one row at a time (and redoes the activation
-// and scale work per row) or reads 8 rows' streams at once (which measured at half the read
-// bandwidth here); the interleaved layout gives one sequential stream per 8 rows. Neither the
-// token embedding (read a row at a time) nor the output projection (which runs on the exact,
+// Load-time repacking of a model's Q4_0, Q8_0 and Q4_K projection weights into 8-row
+// interleaved groups (Interleaved8, DType::q4_0_x8 / q8_0_x8 / q4_k_x8). Decode reads each weight
+// once per token, and with the file's layout a kernel either streams one row at a time (and redoes
+// the activation and scale work per row) or reads 8 rows' streams at once (which measured at half
+// the read bandwidth here); the interleaved layout gives one sequential stream per 8 rows. Neither
+// the token embedding (read a row at a time) nor the output projection (which runs on the exact,
 // dequantizing path: Llama::forward) is repacked.
 
 #include <sys/mman.h>
@@ -31,10 +31,12 @@ namespace hllm {
 // The repacked type of a weight, or its own type when it has none (or rows are not a multiple
 // of 8, or the columns not of the block size).
 inline DType interleaved_type(const WeightTensor& w) noexcept {
-  if (w.rows % 8 != 0 || w.cols % 32 != 0) return w.type;
+  if (w.rows % 8 != 0 || w.cols % 32 != 0 || (w.type == DType::q4_k && w.cols % 256 != 0))
+    return w.type;
   switch (w.type) {
     case DType::q4_0: return DType::q4_0_x8;
     case DType::q8_0: return DType::q8_0_x8;
+    case DType::q4_k: return DType::q4_k_x8;
     default: return w.type;
   }
 }
@@ -79,7 +81,8 @@ inline std::shared_ptr<std::byte> allocate_huge_pages(std::size_t bytes) {
 
 }  // namespace detail
 
-// Writes w repacked into out (w.bytes() bytes, any alignment) and returns the repacked type;
+// Writes w repacked into out (the repacked type's bytes(), any alignment) and returns the
+// repacked type;
 // w's type must have one (interleaved_type(w) != w.type).
 inline DType repack_tensor(const WeightTensor& w, void* out) {
   const DType repacked = interleaved_type(w);
@@ -89,6 +92,9 @@ inline DType repack_tensor(const WeightTensor& w, void* out) {
   else if (repacked == DType::q8_0_x8)
     interleave_rows8(static_cast<const BlockQ8_0*>(w.data), w.rows, w.cols / 32,
                      static_cast<BlockQ8_0x8*>(out));
+  else if (repacked == DType::q4_k_x8)
+    interleave_rows8(static_cast<const BlockQ4_K*>(w.data), w.rows, w.cols / kQK_K,
+                     static_cast<BlockQ4_Kx8*>(out));
   else
     throw Error(ErrorKind::internal, dtype_name(w.type) + " has no repacked layout", {}, w.name);
   return repacked;
@@ -106,7 +112,7 @@ inline bool huge_pages_available() {
 // What repack_weights does to the projection weights (the blocks' attention and feed-forward
 // matrices and an untied output matrix; never the embedding).
 struct RepackPlan {
-  bool interleave = false;  // the blocks' Q4_0/Q8_0 matrices become Q4_0_X8/Q8_0_X8
+  bool interleave = false;  // the blocks' Q4_0/Q8_0/Q4_K matrices become *_X8
   bool move_all = false;    // every other projection is copied over as it is, for the huge pages
 };
 
@@ -133,8 +139,12 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
   consider(weights.output, false);
   if (targets.empty()) return;
 
+  // Bytes of a target in its new type (a repacked Q4_K is 148/144 of the file's).
+  const auto new_bytes = [](const Target& t) {
+    return (WeightTensor{t.to, nullptr, t.w->rows, t.w->cols, {}}.bytes() + 63) / 64 * 64;
+  };
   std::size_t total = 0;
-  for (const Target& t : targets) total += (t.w->bytes() + 63) / 64 * 64;
+  for (const Target& t : targets) total += new_bytes(t);
   std::shared_ptr<std::byte> storage = detail::allocate_huge_pages(total);
   std::byte* buffer = storage.get();
 
@@ -149,7 +159,7 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
     if (release_source) detail::release_mapped_pages(t.w->data, bytes);
     t.w->type = t.to;
     t.w->data = out;
-    offset += (bytes + 63) / 64 * 64;
+    offset += new_bytes(t);
   }
   weights.repacked_storage = std::move(storage);
 }

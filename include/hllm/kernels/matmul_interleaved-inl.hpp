@@ -1,0 +1,237 @@
+// Matrix products for weights repacked at load time, 8 rows to a group (Interleaved8:
+// DType::q4_0_x8, q8_0_x8, q4_k_x8), written once and compiled per ISA (see dispatch.hpp), after
+// the row-major kernels it falls back on. No include guard, by design.
+//
+// With VNNI, whole groups run on the interleaved layout directly: decode (fewer than
+// kPackedMinTokens tokens) with decode_group8, which loads each activation block once for 8
+// rows and their 8 scales with one load; prefill packs its 16-row panels from two groups
+// (InterleavedPanels in gemm_vnni-inl.hpp). Everything else (rows outside whole groups; other
+// ISAs, which a session may choose for a model repacked for VNNI) copies each row's blocks out
+// (block_at) and runs the row-major kernels on it: the same integer arithmetic, slower.
+
+#if HLLM_QUANT_VNNI
+// Lane l of register z holds part of row z·(16/lanes_per_row) + l/lanes_per_row.
+inline __m512i row_of_lane(std::size_t z, std::size_t lanes_per_row) {
+  alignas(64) std::int32_t idx[16];
+  for (std::size_t l = 0; l < 16; ++l)
+    idx[l] = static_cast<std::int32_t>(z * (16 / lanes_per_row) + l / lanes_per_row);
+  return _mm512_load_si512(idx);
+}
+
+// out[i] = Σ of row i's `lanes_per_row` lanes in acc (kRegs registers, rows in order) + tail[i].
+template <std::size_t kRegs>
+inline void sum_row_lanes(const __m512 (&acc)[kRegs], std::size_t lanes_per_row, __m256 tail,
+                          float* out) {
+  alignas(64) float lanes[kRegs * 16];
+  _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z)
+      _mm512_store_ps(lanes + 16 * z, acc[z]);
+  alignas(32) float tails[8];
+  _mm256_store_ps(tails, tail);
+  for (std::size_t i = 0; i < 8; ++i) {
+    float total = 0.0f;
+    for (std::size_t l = 0; l < lanes_per_row; ++l) total += lanes[i * lanes_per_row + l];
+    out[i] = total + tails[i];
+  }
+}
+
+// Decode of one group of 8 Q4_0 or Q8_0 rows against one token: out[0..8).
+// Q4_0: each zmm holds 4 rows' 16 nibble bytes; the low nibbles meet activations 0..15 and the
+// high nibbles 16..31 (each broadcast to every 128-bit lane), so lanes 4i..4i+3 are row i's
+// partial dot. Q8_0: each zmm holds 2 rows' 32 bytes, flipped to unsigned (q + 128), against the
+// 32 activations broadcast to both halves. The offsets (8, 128) come back out in float through
+// xoff (decode_activation_terms), as in quant_row8. Even and odd block columns accumulate in
+// separate registers: two independent FMA chains per register.
+template <class Block>
+inline void decode_group8(const Interleaved8<Block>* w, const BlockQ8Act* x, std::size_t blocks,
+                          const float* xd, const float* xoff, float* out) {
+  constexpr bool kQ4 = std::is_same_v<Block, BlockQ4_0>;
+  constexpr std::size_t kRegs = kQ4 ? 2 : 4;         // zmm registers per block column
+  constexpr std::size_t kLanesPerRow = kQ4 ? 4 : 8;  // int32 lanes holding one row's dot
+  __m512i lane_rows[kRegs];
+  _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) lane_rows[z] =
+      row_of_lane(z, kLanesPerRow);
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[2][kRegs];
+  _Pragma("GCC unroll 2") for (auto& chain : acc) _Pragma("GCC unroll 4") for (auto& a : chain) a =
+      _mm512_setzero_ps();
+  __m256 offset_acc = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const Interleaved8<Block>& g = w[b];
+    const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.d)));
+    offset_acc = _mm256_fmadd_ps(wd, _mm256_set1_ps(xoff[b]), offset_acc);
+    const __m512 scale = _mm512_castps256_ps512(_mm256_mul_ps(wd, _mm256_set1_ps(xd[b])));
+    __m512(&sum)[kRegs] = acc[b & 1];
+    if constexpr (kQ4) {
+      const __m512i x_lo =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs)));
+      const __m512i x_hi =
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs + 16)));
+      _Pragma("GCC unroll 2") for (std::size_t z = 0; z < kRegs; ++z) {
+        const __m512i q = _mm512_loadu_si512(g.qs[4 * z]);
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q, low4), x_lo);
+        dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4), x_hi);
+        sum[z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                 _mm512_permutexvar_ps(lane_rows[z], scale), sum[z]);
+      }
+    } else {
+      const __m512i xq =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs)));
+      _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) {
+        const __m512i q = _mm512_xor_si512(_mm512_loadu_si512(g.qs[2 * z]), flip);
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xq);
+        sum[z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                 _mm512_permutexvar_ps(lane_rows[z], scale), sum[z]);
+      }
+    }
+  }
+  __m512 total[kRegs];
+  _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) total[z] =
+      _mm512_add_ps(acc[0][z], acc[1][z]);
+  sum_row_lanes(total, kLanesPerRow, offset_acc, out);
+}
+
+// Decode of one group of 8 Q4_K rows against one token: out[0..8). Per pair of sub-blocks, each
+// zmm holds 2 rows' 32 nibble bytes: the low nibbles (sub-block 2p) and the high ones (2p + 1)
+// meet their own activation blocks, broadcast to both halves; each sub-block's 8 row scales
+// (unpacked bytes) convert as one vector. The minimums' term, Σ_j dmin·m_j·d_x·Σxq, sums in one
+// 8-row vector. xd[b] = d_x and xds[b] = d_x·Σxq of the token's activation blocks.
+inline void decode_group8(const BlockQ4_Kx8* w, const BlockQ8Act* x, std::size_t supers,
+                          const float* xd, const float* xds, float* out) {
+  constexpr std::size_t kRegs = 4, kLanesPerRow = 8;
+  __m512i lane_rows[kRegs];
+  _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) lane_rows[z] =
+      row_of_lane(z, kLanesPerRow);
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[2][kRegs];  // [sub-block parity][register]
+  _Pragma("GCC unroll 2") for (auto& chain : acc) _Pragma("GCC unroll 4") for (auto& a : chain) a =
+      _mm512_setzero_ps();
+  __m256 minimum = _mm256_setzero_ps();
+  for (std::size_t s = 0; s < supers; ++s) {
+    const BlockQ4_Kx8& g = w[s];
+    const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.d)));
+    const __m256 wmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.dmin)));
+    const BlockQ8Act* a = x + 8 * s;
+    _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
+      __m512 scale[2];
+      __m512i xq[2];
+      _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
+        const std::size_t j = 2 * p + h;
+        const __m256 sc = _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g.scales[j]))));
+        const __m256 mn = _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g.mins[j]))));
+        scale[h] = _mm512_castps256_ps512(
+            _mm256_mul_ps(_mm256_mul_ps(sc, wd), _mm256_set1_ps(xd[8 * s + j])));
+        minimum = _mm256_fmadd_ps(_mm256_mul_ps(mn, wmin), _mm256_set1_ps(xds[8 * s + j]), minimum);
+        xq[h] =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[j].qs)));
+      }
+      _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) {
+        const __m512i q = _mm512_loadu_si512(g.qs[p][2 * z]);
+        const __m512i lo =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q, low4), xq[0]);
+        const __m512i hi = _mm512_dpbusd_epi32(
+            _mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q, 4), low4), xq[1]);
+        acc[0][z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo),
+                                    _mm512_permutexvar_ps(lane_rows[z], scale[0]), acc[0][z]);
+        acc[1][z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi),
+                                    _mm512_permutexvar_ps(lane_rows[z], scale[1]), acc[1][z]);
+      }
+    }
+  }
+  __m512 total[kRegs];
+  _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) total[z] =
+      _mm512_add_ps(acc[0][z], acc[1][z]);
+  sum_row_lanes(total, kLanesPerRow, _mm256_sub_ps(_mm256_setzero_ps(), minimum), out);
+}
+
+// The token's per-block terms decode_group8 takes: xd[b] = d_x, and for Q4_0/Q8_0
+// xoff[b] = −offset·d_x·Σxq (offset 8, or 128 for Q8_0 flipped to unsigned), for Q4_K
+// xoff[b] = d_x·Σxq (the minimums' factor).
+template <class Block>
+inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks, float* xd,
+                                         float* xoff) {
+  if constexpr (std::is_same_v<Block, BlockQ4_K>) {
+    for (std::size_t b = 0; b < blocks; ++b) {
+      xd[b] = x[b].d;
+      xoff[b] = x[b].d * static_cast<float>(x[b].sum);
+    }
+  } else {
+    decode_activation_terms(x, blocks, std::is_same_v<Block, BlockQ4_0> ? 8.0f : 128.0f, xd, xoff);
+  }
+}
+#endif
+
+// The row-major kernel of the file type (the fallback's).
+template <class Block>
+inline void matmul_file_layout(const Block* w, std::size_t rows, std::size_t cols,
+                               const BlockQ8Act* x, std::size_t n_tokens, float* y,
+                               std::size_t row_begin, std::size_t row_end) {
+  if constexpr (std::is_same_v<Block, BlockQ4_K>)
+    matmul_kquant<Block>(w, rows, cols, x, n_tokens, y, row_begin, row_end);
+  else
+    matmul_quant(w, rows, cols, x, n_tokens, y, row_begin, row_end);
+}
+
+// Rows [row_begin, row_end) of y: [n_tokens][rows] for repacked weights w: [rows/8][units]
+// groups (units: blocks of the file type per row) and x: [n_tokens][cols/32] activation blocks.
+template <class Block>
+inline void matmul_interleaved(const Interleaved8<Block>* w, std::size_t rows, std::size_t cols,
+                               const BlockQ8Act* x, std::size_t n_tokens, float* y,
+                               std::size_t row_begin, std::size_t row_end) {
+  constexpr std::size_t kUnit = std::is_same_v<Block, BlockQ4_K> ? kQK_K : 32;
+  const std::size_t units = cols / kUnit;
+#if HLLM_QUANT_VNNI
+  const std::size_t blocks = cols / 32;
+  if (row_begin % 8 == 0) {
+    if (n_tokens >= kPackedMinTokens) {
+      const std::size_t panels = (row_end - row_begin) / kPanelRows;
+      gemm_packed<Block>(InterleavedPanels<Block>{w, units}, rows, blocks, x, n_tokens, y,
+                         row_begin, panels);
+      row_begin += panels * kPanelRows;
+    }
+    if (blocks <= kDecodeMaxBlocks) {  // decode, or a group left over by the panels
+      const std::size_t groups = (row_end - row_begin) / 8;
+      float xd[kDecodeMaxBlocks], xoff[kDecodeMaxBlocks];
+      for (std::size_t t = 0; groups > 0 && t < n_tokens; ++t) {
+        interleaved_activation_terms<Block>(x + t * blocks, blocks, xd, xoff);
+        for (std::size_t g = 0; g < groups; ++g) {
+          const std::size_t r = row_begin + 8 * g;
+          decode_group8(w + (r / 8) * units, x + t * blocks, units, xd, xoff, y + t * rows + r);
+        }
+      }
+      row_begin += groups * 8;
+    }
+  }
+#endif
+  if (row_begin == row_end) return;
+  thread_local std::vector<Block> row;  // [units], grown once per thread
+  thread_local std::vector<float> out;  // [n_tokens]
+  if (row.size() < units) row.resize(units);
+  if (out.size() < n_tokens) out.resize(n_tokens);
+  for (std::size_t r = row_begin; r < row_end; ++r) {
+    for (std::size_t u = 0; u < units; ++u) row[u] = block_at(w, units, r, u);
+    matmul_file_layout(row.data(), 1, cols, x, n_tokens, out.data(), 0, 1);
+    for (std::size_t t = 0; t < n_tokens; ++t) y[t * rows + r] = out[t];
+  }
+}
+
+inline void matmul_q8_0_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                           std::size_t n_tokens, float* y, std::size_t row_begin,
+                           std::size_t row_end) {
+  matmul_interleaved(static_cast<const BlockQ8_0x8*>(w), rows, cols, x, n_tokens, y, row_begin,
+                     row_end);
+}
+inline void matmul_q4_0_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                           std::size_t n_tokens, float* y, std::size_t row_begin,
+                           std::size_t row_end) {
+  matmul_interleaved(static_cast<const BlockQ4_0x8*>(w), rows, cols, x, n_tokens, y, row_begin,
+                     row_end);
+}
+inline void matmul_q4_k_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                           std::size_t n_tokens, float* y, std::size_t row_begin,
+                           std::size_t row_end) {
+  matmul_interleaved(static_cast<const BlockQ4_Kx8*>(w), rows, cols, x, n_tokens, y, row_begin,
+                     row_end);
+}
