@@ -89,14 +89,22 @@ BENCHMARK(BM_Matmul<hllm::bf16>)->Apply(matmul_shapes);
 // once outside the timed loop; BM_QuantizeActivations times that step). Args: isa (1 avx2,
 // 2 avx512 with VNNI where the CPU has it), rows, cols, n_tokens. Counters as BM_Matmul:
 // weight bytes per second (the file's bytes, scales included) and FLOP/s.
-// Q4_K super-blocks of random bytes (every bit pattern is a valid block) with unit-sized scales.
-std::vector<std::byte> random_q4_k(std::size_t n) {
-  std::vector<std::byte> bytes(n / hllm::kQK_K * sizeof(hllm::BlockQ4_K));
+// Q4_K or Q6_K super-blocks of random bytes (every bit pattern is a valid block) with small
+// scales.
+std::vector<std::byte> random_k_quant(hllm::DType type, std::size_t n) {
+  const bool q4 = type == hllm::DType::q4_k;
+  const std::size_t block_bytes = q4 ? sizeof(hllm::BlockQ4_K) : sizeof(hllm::BlockQ6_K);
+  std::vector<std::byte> bytes(n / hllm::kQK_K * block_bytes);
   std::mt19937 rng(1);
   for (auto& b : bytes) b = static_cast<std::byte>(rng());
-  auto* blocks = reinterpret_cast<hllm::BlockQ4_K*>(bytes.data());
-  for (std::size_t i = 0; i < n / hllm::kQK_K; ++i)
-    blocks[i].d = blocks[i].dmin = hllm::from_float<hllm::f16>(1.0f / 64);
+  const hllm::f16 d = hllm::from_float<hllm::f16>(1.0f / 64);
+  for (std::size_t i = 0; i < n / hllm::kQK_K; ++i) {
+    if (q4)
+      reinterpret_cast<hllm::BlockQ4_K*>(bytes.data())[i].d =
+          reinterpret_cast<hllm::BlockQ4_K*>(bytes.data())[i].dmin = d;
+    else
+      reinterpret_cast<hllm::BlockQ6_K*>(bytes.data())[i].d = d;
+  }
   return bytes;
 }
 
@@ -108,8 +116,8 @@ void BM_QuantMatmul(benchmark::State& state) {
   const auto& table = hllm::kernels::table_for(isa);
   // The repacked types: the file type's bytes, repacked as a loader would.
   constexpr hllm::DType kFileType = hllm::file_type_of(kType);
-  auto w = kFileType == hllm::DType::q4_k
-               ? random_q4_k(rows * cols)
+  auto w = kFileType == hllm::DType::q4_k || kFileType == hllm::DType::q6_k
+               ? random_k_quant(kFileType, rows * cols)
                : hllm::quant::quantize(kFileType, random_floats(rows * cols, 1));
   if constexpr (kType != kFileType) {
     const auto file_layout = w;
@@ -149,6 +157,8 @@ BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k_x8>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k_x8>)->Apply(quant_matmul_shapes);
 
 // 8-bit activation quantization of one 2048-wide token (the per-matmul step before the
 // integer kernels); reports the float bytes read per second.

@@ -236,7 +236,7 @@ std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, s
 template <class Block>
 std::vector<std::byte> interleaved_bytes(const std::vector<std::byte>& row_major, std::size_t rows,
                                          std::size_t cols) {
-  const std::size_t units = cols / (std::is_same_v<Block, hllm::BlockQ4_K> ? hllm::kQK_K : 32);
+  const std::size_t units = cols / (sizeof(Block) > 40 ? hllm::kQK_K : 32);  // K-quants: 256
   std::vector<std::byte> out(rows / 8 * units * sizeof(hllm::Interleaved8<Block>));
   hllm::interleave_rows8(reinterpret_cast<const Block*>(row_major.data()), rows, units,
                          reinterpret_cast<hllm::Interleaved8<Block>*>(out.data()));
@@ -254,6 +254,9 @@ std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, s
   if (type == hllm::DType::q4_k_x8)
     return interleaved_bytes<hllm::BlockQ4_K>(
         random_weight_bytes(hllm::DType::q4_k, rows, cols, seed), rows, cols);
+  if (type == hllm::DType::q6_k_x8)
+    return interleaved_bytes<hllm::BlockQ6_K>(
+        random_weight_bytes(hllm::DType::q6_k, rows, cols, seed), rows, cols);
   if (type == hllm::DType::q8_0 || type == hllm::DType::q4_0)
     return hllm::quant::quantize(type, hllm::test::random_vector(rows * cols, seed));
   std::mt19937 rng(seed);
@@ -409,7 +412,7 @@ TEST_P(KernelIsa, QuantizedPrefillGemmMatchesTwinAcrossPanelAndChunkBoundaries) 
   }
 }
 
-// Q4_0/Q8_0/Q4_K repacked 8 rows to a group (Interleaved8): on VNNI CPUs whole groups take the
+// Q4_0/Q8_0/Q4_K/Q6_K repacked 8 rows to a group (Interleaved8): on VNNI CPUs whole groups take the
 // interleaved decode kernel (under 8 tokens) or the packed-panel GEMM (16-row panels from two
 // groups, the last group of an odd count by the decode kernel); other ISAs and rows outside
 // whole groups copy rows out to the row-major kernels. Row ranges split on a group boundary, on
@@ -433,6 +436,8 @@ TEST_P(KernelIsa, InterleavedQuantMatmulMatchesTwinAndExactWithinDerivedBounds) 
       // Q4_K: whole super-blocks (8 blocks); 5 of them cross a 32-slice K-chunk.
       const std::size_t supers = (blocks + 7) / 8 + (blocks > 32 ? 1 : 0);
       check_quant_matmul<hllm::BlockQ4_K>(GetParam(), hllm::DType::q4_k_x8, rows,
+                                          hllm::kQK_K * supers, n, seed, split);
+      check_quant_matmul<hllm::BlockQ6_K>(GetParam(), hllm::DType::q6_k_x8, rows,
                                           hllm::kQK_K * supers, n, seed, split);
     }
   }
@@ -470,6 +475,8 @@ TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
   check_interleaved_layout<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0, hllm::DType::q8_0_x8,
                                             96);
   check_interleaved_layout<hllm::BlockQ4_K>(GetParam(), hllm::DType::q4_k, hllm::DType::q4_k_x8,
+                                            512);
+  check_interleaved_layout<hllm::BlockQ6_K>(GetParam(), hllm::DType::q6_k, hllm::DType::q6_k_x8,
                                             512);
 }
 

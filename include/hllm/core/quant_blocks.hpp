@@ -131,6 +131,23 @@ struct Interleaved8<BlockQ4_K> {
 using BlockQ4_Kx8 = Interleaved8<BlockQ4_K>;
 static_assert(sizeof(BlockQ4_Kx8) == 8 * 148, "DTypeInfo of q4_k_x8");
 
+// Q6_K repacked (DType::q6_k_x8): super-block s of 8 rows. Each half h of the super-block (128
+// values) is three 32-byte runs per row in the file: ql[64h ..], ql[64h + 32 ..] and
+// qh[32h ..], which together give its four 32-value slices (reference::q6_k_slice_layout); here
+// each run of 8 rows is contiguous, two rows to a zmm load, a half's three runs follow each
+// other (the decode kernel reads the group front to back), and a slice's 16-value scales are
+// [half][row]. Same 1680 bytes as 8 rows' super-blocks in the file.
+template <>
+struct Interleaved8<BlockQ6_K> {
+  static constexpr std::size_t kRows = 8;
+  f16 d[kRows];
+  std::int8_t scales[8][2][kRows];  // [slice][16-value half][row]
+  // [half h][run: ql[64h ..], ql[64h + 32 ..], qh[32h ..]][row]
+  std::uint8_t runs[2][3][kRows][32];
+};
+using BlockQ6_Kx8 = Interleaved8<BlockQ6_K>;
+static_assert(sizeof(BlockQ6_Kx8) == 8 * sizeof(BlockQ6_K), "DTypeInfo of q6_k_x8");
+
 // Block b of row r of a weight matrix with `blocks` blocks per row, in either layout.
 template <class Block>
 inline const Block& block_at(const Block* w, std::size_t blocks, std::size_t r, std::size_t b) {
@@ -156,6 +173,27 @@ inline BlockQ4_K block_at(const BlockQ4_Kx8* w, std::size_t supers, std::size_t 
   for (std::size_t j = 0; j < 8; ++j) scales[j] = group.scales[j][i], mins[j] = group.mins[j][i];
   q4_k_pack_scales_mins(scales, mins, out.scales);
   for (std::size_t p = 0; p < 4; ++p) std::memcpy(out.qs + 32 * p, group.qs[p][i], 32);
+  return out;
+}
+
+// Run k (0..5) of a Q6_K block, in the order of BlockQ6_Kx8::runs: half k / 3, then ql[64h ..],
+// ql[64h + 32 ..] or qh[32h ..].
+template <class B>  // BlockQ6_K or const BlockQ6_K
+inline auto* q6_k_run(B& block, std::size_t k) {
+  const std::size_t h = k / 3, run = k % 3;
+  return run < 2 ? block.ql + 64 * h + 32 * run : block.qh + 32 * h;
+}
+
+inline BlockQ6_K block_at(const BlockQ6_Kx8* w, std::size_t supers, std::size_t r, std::size_t s) {
+  const BlockQ6_Kx8& group = w[(r / 8) * supers + s];
+  const std::size_t i = r % 8;
+  BlockQ6_K out;
+  out.d = group.d[i];
+  for (std::size_t j = 0; j < 8; ++j)
+    for (std::size_t half = 0; half < 2; ++half)
+      out.scales[2 * j + half] = group.scales[j][half][i];
+  for (std::size_t k = 0; k < 6; ++k)
+    std::memcpy(q6_k_run(out, k), group.runs[k / 3][k % 3][i], 32);
   return out;
 }
 
@@ -185,6 +223,20 @@ inline void interleave_rows8(const BlockQ4_K* w, std::size_t rows, std::size_t s
         for (std::size_t j = 0; j < 8; ++j)
           q4_k_scale_min(j, src.scales, group.scales[j][i], group.mins[j][i]);
         for (std::size_t p = 0; p < 4; ++p) std::memcpy(group.qs[p][i], src.qs + 32 * p, 32);
+      }
+    }
+}
+inline void interleave_rows8(const BlockQ6_K* w, std::size_t rows, std::size_t supers,
+                             BlockQ6_Kx8* out) {
+  for (std::size_t g = 0; g < rows / 8; ++g)
+    for (std::size_t s = 0; s < supers; ++s) {
+      BlockQ6_Kx8& group = out[g * supers + s];
+      for (std::size_t i = 0; i < 8; ++i) {
+        const BlockQ6_K& src = w[(8 * g + i) * supers + s];
+        group.d[i] = src.d;
+        for (std::size_t k = 0; k < 16; ++k) group.scales[k / 2][k % 2][i] = src.scales[k];
+        for (std::size_t k = 0; k < 6; ++k)
+          std::memcpy(group.runs[k / 3][k % 3][i], q6_k_run(src, k), 32);
       }
     }
 }

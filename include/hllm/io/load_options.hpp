@@ -4,8 +4,8 @@
 namespace hllm {
 
 // Load-time relayout of the projection weights for decode (model/repack.hpp): the blocks'
-// Q4_0, Q8_0 and Q4_K matrices are interleaved 8 rows to a group, which the AVX-512 VNNI decode
-// kernels read about twice as fast, and the projections move from the file mapping into one
+// Q4_0, Q8_0, Q4_K and Q6_K matrices are interleaved 8 rows to a group, which the AVX-512 VNNI
+// decode kernels read about twice as fast, and the projections move from the file mapping into one
 // buffer of transparent huge pages (a decode stream over 4 KiB pages pays a TLB walk per page,
 // two-level in a VM, and restarts the prefetcher at each page boundary: +25-30% F16 decode
 // here). Each source tensor's pages are returned to the kernel once copied, so the peak resident

@@ -81,10 +81,10 @@ struct KernelTable {
   // BF16 weights against activations rounded to bf16 (vdpbf16ps), or nullptr where the CPU has
   // no AVX512-BF16. Not exact: Compute::matmul takes it, matmul_exact never does.
   MatmulFn matmul_bf16_dot;
-  // Load-time repacked Q8_0 / Q4_0 / Q4_K (DType::q8_0_x8, q4_0_x8, q4_k_x8): integer and exact
+  // Load-time repacked Q8_0 / Q4_0 / Q4_K / Q6_K (DType::*_x8): integer and exact
   // kernels, in every table, since a session may run any ISA on a repacked model.
-  QuantMatmulFn matmul_q8_0_x8, matmul_q4_0_x8, matmul_q4_k_x8;
-  MatmulFn dequant_q8_0_x8, dequant_q4_0_x8, dequant_q4_k_x8;
+  QuantMatmulFn matmul_q8_0_x8, matmul_q4_0_x8, matmul_q4_k_x8, matmul_q6_k_x8;
+  MatmulFn dequant_q8_0_x8, dequant_q4_0_x8, dequant_q4_k_x8, dequant_q6_k_x8;
   // Whether this table's kernels run the repacked types faster than the file's layout (VNNI);
   // loaders repack for it (LoadOptions::repack).
   bool prefers_interleaved = false;
@@ -111,6 +111,7 @@ struct KernelTable {
       case DType::q8_0_x8: return dequant_q8_0_x8;
       case DType::q4_0_x8: return dequant_q4_0_x8;
       case DType::q4_k_x8: return dequant_q4_k_x8;
+      case DType::q6_k_x8: return dequant_q6_k_x8;
       default: return nullptr;
     }
   }
@@ -125,6 +126,7 @@ struct KernelTable {
       case DType::q8_0_x8: return matmul_q8_0_x8;
       case DType::q4_0_x8: return matmul_q4_0_x8;
       case DType::q4_k_x8: return matmul_q4_k_x8;
+      case DType::q6_k_x8: return matmul_q6_k_x8;
       default: return nullptr;
     }
   }
@@ -162,8 +164,9 @@ struct KernelTable {
         &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,         \
         &ns::matmul_dequant<BlockQ5_K, kQK_K>, &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr, \
         &quant_ns::matmul_q8_0_x8, &quant_ns::matmul_q4_0_x8, &quant_ns::matmul_q4_k_x8,       \
-        &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>, &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>,    \
-        &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>                                                \
+        &quant_ns::matmul_q6_k_x8, &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>,                   \
+        &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>,     \
+        &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>                                                \
   }
 
 #define HLLM_ISA_LEVEL 0

@@ -242,6 +242,41 @@ inline void pack_panel(const BlockQ6_K* w, std::size_t row_blocks, std::size_t b
   }
 }
 
+// Repacked Q6_K (BlockQ6_Kx8): rows 0..7 from the group at w, rows 8..15 from the group
+// `supers` super-blocks later; slice (h, i) combines run i & 1 of ql (nibble i >> 1) with bits
+// 2i, 2i + 1 of qh, as in the file (reference::q6_k_slice_layout).
+inline void pack_panel(const BlockQ6_Kx8* w, std::size_t supers, std::size_t b0, std::size_t n,
+                       PanelBlock* out) {
+  const __m512i row_offsets = interleaved_field(supers * sizeof(BlockQ6_Kx8), 0, 32);
+  const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::size_t slice = (b0 + b) % 8, s = (b0 + b) / 8, h = slice / 4, i = slice % 4;
+    __m256 halves[2][2];  // [group][16-value half]
+    for (std::size_t g = 0; g < 2; ++g) {
+      const BlockQ6_Kx8& group = w[g * supers + s];
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group.d)));
+      for (std::size_t half = 0; half < 2; ++half)
+        halves[g][half] = _mm256_mul_ps(
+            d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(group.scales[slice][half])))));
+    }
+    PanelBlock& p = out[b];
+    p.scales = _mm512_insertf32x8(_mm512_castps256_ps512(halves[0][0]), halves[1][0], 1);
+    p.scales_hi = _mm512_insertf32x8(_mm512_castps256_ps512(halves[0][1]), halves[1][1], 1);
+    const std::uint8_t* ql = w[s].runs[h][i & 1][0];
+    const std::uint8_t* qh = w[s].runs[h][2][0];
+    const __m128i lshift = _mm_cvtsi32_si128(static_cast<int>(4 * (i >> 1)));
+    const __m128i hshift = _mm_cvtsi32_si128(static_cast<int>(2 * i));
+    _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+      const __m512i l = _mm512_i32gather_epi32(row_offsets, ql + 4 * k, 1);
+      const __m512i hb = _mm512_i32gather_epi32(row_offsets, qh + 4 * k, 1);
+      p.values[k] = _mm512_or_si512(
+          _mm512_and_si512(_mm512_srl_epi32(l, lshift), low4),
+          _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(hb, hshift), low2), 4));
+    }
+  }
+}
+
 // The activation group a.qs[4k..4k+3] in every lane (the s8 operand of vpdpbusd).
 inline __m512i broadcast_group(const BlockQ8Act& a, std::size_t k) {
   std::int32_t group;
@@ -352,7 +387,7 @@ struct InterleavedPanels {
   const Interleaved8<Block>* w;  // r must be a multiple of 8
   std::size_t units;             // blocks (Q4_K: super-blocks) per row
   void pack(std::size_t r, std::size_t b0, std::size_t n, PanelBlock* out) const {
-    if constexpr (std::is_same_v<Block, BlockQ4_K>)
+    if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ6_K>)
       pack_panel(w + (r / 8) * units, units, b0, n, out);
     else
       pack_panel<Block>(interleaved_addresses(w + (r / 8) * units, units), b0, n, out);

@@ -1,6 +1,6 @@
 // Matrix products for weights repacked at load time, 8 rows to a group (Interleaved8:
-// DType::q4_0_x8, q8_0_x8, q4_k_x8), written once and compiled per ISA (see dispatch.hpp), after
-// the row-major kernels it falls back on. No include guard, by design.
+// DType::q4_0_x8, q8_0_x8, q4_k_x8, q6_k_x8), written once and compiled per ISA (see dispatch.hpp),
+// after the row-major kernels it falls back on. No include guard, by design.
 //
 // With VNNI, whole groups run on the interleaved layout directly: decode (fewer than
 // kPackedMinTokens tokens) with decode_group8, which loads each activation block once for 8
@@ -146,13 +146,79 @@ inline void decode_group8(const BlockQ4_Kx8* w, const BlockQ8Act* x, std::size_t
   sum_row_lanes(total, kLanesPerRow, _mm256_sub_ps(_mm256_setzero_ps(), minimum), out);
 }
 
+// Decode of one group of 8 Q6_K rows against one token: out[0..8). Per half of a super-block,
+// each zmm holds 2 rows' 32-byte runs of ql (two of them) and qh, which combine into the half's
+// four slices of 6-bit values (reference::q6_k_slice_layout) with 16-bit shifts and byte masks.
+// A slice has two scales, one per 16 values: lanes 0..3 of a row's 8 hold values 0..15. The
+// −32 offset goes into the integer dot's starting value, −32·Σxq of each 16-value half in the
+// first lane of its four (the lanes of a row are summed at the end).
+inline void decode_group8(const BlockQ6_Kx8* w, const BlockQ8Act* x, std::size_t supers,
+                          const float* xd, const float* /*unused*/, float* out) {
+  constexpr std::size_t kRegs = 4, kLanesPerRow = 8;
+  // Lane l of register z: row 2z + l/8, half (l%8)/4, i.e. entry 8·half + row of a slice's
+  // scale vector [half][row].
+  __m512i lane_scales[kRegs];
+  _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) {
+    alignas(64) std::int32_t idx[16];
+    for (std::size_t l = 0; l < 16; ++l)
+      idx[l] = static_cast<std::int32_t>(8 * ((l % 8) / 4) + 2 * z + l / 8);
+    lane_scales[z] = _mm512_load_si512(idx);
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
+  __m512 acc[kRegs];
+  _Pragma("GCC unroll 4") for (auto& a : acc) a = _mm512_setzero_ps();
+  for (std::size_t s = 0; s < supers; ++s) {
+    const BlockQ6_Kx8& g = w[s];
+    const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.d)));
+    const __m512 wd2 = _mm512_insertf32x8(_mm512_castps256_ps512(wd), wd, 1);  // [half][row]
+    _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
+      __m512 scale[4];
+      __m512i start[4], xq[4];
+      _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
+        const std::size_t j = 4 * h + i;
+        const BlockQ8Act& a = x[8 * s + j];
+        const __m512 sc = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.scales[j]))));
+        scale[i] = _mm512_mul_ps(_mm512_mul_ps(sc, wd2), _mm512_set1_ps(xd[8 * s + j]));
+        // Lanes 0, 8: −32·Σ of values 0..15; lanes 4, 12: of values 16..31; others 0.
+        start[i] = _mm512_maskz_mov_epi32(
+            0x1111, _mm512_mask_blend_epi32(0xf0f0, _mm512_set1_epi32(-32 * a.sum_lo),
+                                            _mm512_set1_epi32(-32 * (a.sum - a.sum_lo))));
+        xq[i] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
+      }
+      _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) {
+        const __m512i lo_run = _mm512_loadu_si512(g.runs[h][0][2 * z]);
+        const __m512i hi_run = _mm512_loadu_si512(g.runs[h][1][2 * z]);
+        const __m512i qh = _mm512_loadu_si512(g.runs[h][2][2 * z]);
+        const __m512i values[4] = {
+            _mm512_or_si512(_mm512_and_si512(lo_run, low4),
+                            _mm512_and_si512(_mm512_slli_epi16(qh, 4), bits45)),
+            _mm512_or_si512(_mm512_and_si512(hi_run, low4),
+                            _mm512_and_si512(_mm512_slli_epi16(qh, 2), bits45)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo_run, 4), low4),
+                            _mm512_and_si512(qh, bits45)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(hi_run, 4), low4),
+                            _mm512_and_si512(_mm512_srli_epi16(qh, 2), bits45))};
+        _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
+          const __m512i dot = _mm512_dpbusd_epi32(start[i], values[i], xq[i]);
+          acc[z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                   _mm512_permutexvar_ps(lane_scales[z], scale[i]), acc[z]);
+        }
+      }
+    }
+  }
+  sum_row_lanes(acc, kLanesPerRow, _mm256_setzero_ps(), out);
+}
+
 // The token's per-block terms decode_group8 takes: xd[b] = d_x, and for Q4_0/Q8_0
 // xoff[b] = −offset·d_x·Σxq (offset 8, or 128 for Q8_0 flipped to unsigned), for Q4_K
-// xoff[b] = d_x·Σxq (the minimums' factor).
+// xoff[b] = d_x·Σxq (the minimums' factor); Q6_K none (its offset is integer): xoff[b] = 0.
 template <class Block>
 inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks, float* xd,
                                          float* xoff) {
-  if constexpr (std::is_same_v<Block, BlockQ4_K>) {
+  if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+    for (std::size_t b = 0; b < blocks; ++b) xd[b] = x[b].d, xoff[b] = 0.0f;
+  } else if constexpr (std::is_same_v<Block, BlockQ4_K>) {
     for (std::size_t b = 0; b < blocks; ++b) {
       xd[b] = x[b].d;
       xoff[b] = x[b].d * static_cast<float>(x[b].sum);
@@ -168,7 +234,7 @@ template <class Block>
 inline void matmul_file_layout(const Block* w, std::size_t rows, std::size_t cols,
                                const BlockQ8Act* x, std::size_t n_tokens, float* y,
                                std::size_t row_begin, std::size_t row_end) {
-  if constexpr (std::is_same_v<Block, BlockQ4_K>)
+  if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ6_K>)
     matmul_kquant<Block>(w, rows, cols, x, n_tokens, y, row_begin, row_end);
   else
     matmul_quant(w, rows, cols, x, n_tokens, y, row_begin, row_end);
@@ -180,7 +246,8 @@ template <class Block>
 inline void matmul_interleaved(const Interleaved8<Block>* w, std::size_t rows, std::size_t cols,
                                const BlockQ8Act* x, std::size_t n_tokens, float* y,
                                std::size_t row_begin, std::size_t row_end) {
-  constexpr std::size_t kUnit = std::is_same_v<Block, BlockQ4_K> ? kQK_K : 32;
+  constexpr bool kSuper = std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ6_K>;
+  constexpr std::size_t kUnit = kSuper ? kQK_K : 32;
   const std::size_t units = cols / kUnit;
 #if HLLM_QUANT_VNNI
   const std::size_t blocks = cols / 32;
@@ -227,6 +294,12 @@ inline void matmul_q4_0_x8(const void* w, std::size_t rows, std::size_t cols, co
                            std::size_t n_tokens, float* y, std::size_t row_begin,
                            std::size_t row_end) {
   matmul_interleaved(static_cast<const BlockQ4_0x8*>(w), rows, cols, x, n_tokens, y, row_begin,
+                     row_end);
+}
+inline void matmul_q6_k_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                           std::size_t n_tokens, float* y, std::size_t row_begin,
+                           std::size_t row_end) {
+  matmul_interleaved(static_cast<const BlockQ6_Kx8*>(w), rows, cols, x, n_tokens, y, row_begin,
                      row_end);
 }
 inline void matmul_q4_k_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,

@@ -1,11 +1,11 @@
 #pragma once
-// Load-time repacking of a model's Q4_0, Q8_0 and Q4_K projection weights into 8-row
-// interleaved groups (Interleaved8, DType::q4_0_x8 / q8_0_x8 / q4_k_x8). Decode reads each weight
-// once per token, and with the file's layout a kernel either streams one row at a time (and redoes
-// the activation and scale work per row) or reads 8 rows' streams at once (which measured at half
-// the read bandwidth here); the interleaved layout gives one sequential stream per 8 rows. Neither
-// the token embedding (read a row at a time) nor the output projection (which runs on the exact,
-// dequantizing path: Llama::forward) is repacked.
+// Load-time repacking of a model's Q4_0, Q8_0, Q4_K and Q6_K projection weights into 8-row
+// interleaved groups (Interleaved8, DType::q4_0_x8 / q8_0_x8 / q4_k_x8 / q6_k_x8). Decode reads
+// each weight once per token, and with the file's layout a kernel either streams one row at a time
+// (and redoes the activation and scale work per row) or reads 8 rows' streams at once (which
+// measured at half the read bandwidth here); the interleaved layout gives one sequential stream per
+// 8 rows. Neither the token embedding (read a row at a time) nor the output projection (which runs
+// on the exact, dequantizing path: Llama::forward) is repacked.
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -31,12 +31,12 @@ namespace hllm {
 // The repacked type of a weight, or its own type when it has none (or rows are not a multiple
 // of 8, or the columns not of the block size).
 inline DType interleaved_type(const WeightTensor& w) noexcept {
-  if (w.rows % 8 != 0 || w.cols % 32 != 0 || (w.type == DType::q4_k && w.cols % 256 != 0))
-    return w.type;
+  if (w.rows % 8 != 0 || w.cols % 32 != 0) return w.type;
   switch (w.type) {
     case DType::q4_0: return DType::q4_0_x8;
     case DType::q8_0: return DType::q8_0_x8;
     case DType::q4_k: return DType::q4_k_x8;
+    case DType::q6_k: return DType::q6_k_x8;
     default: return w.type;
   }
 }
@@ -95,6 +95,9 @@ inline DType repack_tensor(const WeightTensor& w, void* out) {
   else if (repacked == DType::q4_k_x8)
     interleave_rows8(static_cast<const BlockQ4_K*>(w.data), w.rows, w.cols / kQK_K,
                      static_cast<BlockQ4_Kx8*>(out));
+  else if (repacked == DType::q6_k_x8)
+    interleave_rows8(static_cast<const BlockQ6_K*>(w.data), w.rows, w.cols / kQK_K,
+                     static_cast<BlockQ6_Kx8*>(out));
   else
     throw Error(ErrorKind::internal, dtype_name(w.type) + " has no repacked layout", {}, w.name);
   return repacked;
@@ -112,7 +115,7 @@ inline bool huge_pages_available() {
 // What repack_weights does to the projection weights (the blocks' attention and feed-forward
 // matrices and an untied output matrix; never the embedding).
 struct RepackPlan {
-  bool interleave = false;  // the blocks' Q4_0/Q8_0/Q4_K matrices become *_X8
+  bool interleave = false;  // the blocks' Q4_0/Q8_0/Q4_K/Q6_K matrices become *_X8
   bool move_all = false;    // every other projection is copied over as it is, for the huge pages
 };
 
