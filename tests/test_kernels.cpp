@@ -17,6 +17,7 @@
 #include "hllm/kernels/compute.hpp"
 #include "hllm/kernels/dispatch.hpp"
 #include "hllm/kernels/reference.hpp"
+#include "hllm/model/repack.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -226,37 +227,25 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
       }
 }
 
-// rows × cols weights of a quantized type: Q8_0/Q4_0 by quantizing random floats; Q4_K/Q6_K as
-// random blocks (every bit pattern is a valid block) with scales d, dmin of about 1/64, so
-// values stay near unit size and every scale, minimum and 6-bit value gets exercised.
-std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, std::size_t cols,
-                                           std::uint32_t seed);
-
-// The repacked types: the file type's random bytes, interleaved 8 rows to a group.
-template <class Block>
-std::vector<std::byte> interleaved_bytes(const std::vector<std::byte>& row_major, std::size_t rows,
-                                         std::size_t cols) {
-  const std::size_t units = cols / (sizeof(Block) > 40 ? hllm::kQK_K : 32);  // K-quants: 256
-  std::vector<std::byte> out(rows / 8 * units * sizeof(hllm::Interleaved8<Block>));
-  hllm::interleave_rows8(reinterpret_cast<const Block*>(row_major.data()), rows, units,
-                         reinterpret_cast<hllm::Interleaved8<Block>*>(out.data()));
+// Weights of a file type repacked as a loader repacks them (hllm::repack_tensor).
+std::vector<std::byte> interleaved_bytes(hllm::DType file_type, const std::vector<std::byte>& bytes,
+                                         std::size_t rows, std::size_t cols) {
+  const hllm::WeightTensor w{file_type, bytes.data(), rows, cols, "w"};
+  std::vector<std::byte> out(
+      hllm::WeightTensor{hllm::interleaved_type(w), {}, rows, cols, {}}.bytes());
+  hllm::repack_tensor(w, out.data());
   return out;
 }
 
+// rows × cols weights of a quantized type: Q8_0/Q4_0 by quantizing random floats; Q4_K/Q6_K as
+// random blocks (every bit pattern is a valid block) with scales d, dmin of about 1/64, so
+// values stay near unit size and every scale, minimum and 6-bit value gets exercised; the
+// repacked types (Q4_0_X8, ...) as their file type's, repacked.
 std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, std::size_t cols,
                                            std::uint32_t seed) {
-  if (type == hllm::DType::q4_0_x8)
-    return interleaved_bytes<hllm::BlockQ4_0>(
-        random_weight_bytes(hllm::DType::q4_0, rows, cols, seed), rows, cols);
-  if (type == hllm::DType::q8_0_x8)
-    return interleaved_bytes<hllm::BlockQ8_0>(
-        random_weight_bytes(hllm::DType::q8_0, rows, cols, seed), rows, cols);
-  if (type == hllm::DType::q4_k_x8)
-    return interleaved_bytes<hllm::BlockQ4_K>(
-        random_weight_bytes(hllm::DType::q4_k, rows, cols, seed), rows, cols);
-  if (type == hllm::DType::q6_k_x8)
-    return interleaved_bytes<hllm::BlockQ6_K>(
-        random_weight_bytes(hllm::DType::q6_k, rows, cols, seed), rows, cols);
+  if (const hllm::DType file_type = hllm::file_type_of(type); file_type != type)
+    return interleaved_bytes(file_type, random_weight_bytes(file_type, rows, cols, seed), rows,
+                             cols);
   if (type == hllm::DType::q8_0 || type == hllm::DType::q4_0)
     return hllm::quant::quantize(type, hllm::test::random_vector(rows * cols, seed));
   std::mt19937 rng(seed);
@@ -453,7 +442,7 @@ void check_interleaved_layout(Isa isa, hllm::DType type, hllm::DType interleaved
   const std::size_t rows = 24, n = 5, units = cols / (sizeof(Block) > 40 ? hllm::kQK_K : 32);
   const auto x = hllm::test::random_vector(n * cols, 9);
   const auto plain = random_weight_bytes(type, rows, cols, 8);
-  const auto packed = interleaved_bytes<Block>(plain, rows, cols);
+  const auto packed = interleaved_bytes(type, plain, rows, cols);
   const auto* groups = reinterpret_cast<const hllm::Interleaved8<Block>*>(packed.data());
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t u = 0; u < units; ++u) {

@@ -197,48 +197,35 @@ inline BlockQ6_K block_at(const BlockQ6_Kx8* w, std::size_t supers, std::size_t 
   return out;
 }
 
-// Repacks rows [0, rows) of w (rows a multiple of 8, `blocks` blocks per row) into out.
+// Puts src, a block of row i (0..7) of a group, into its places in `group` (block_at's inverse).
 template <class Block>
-inline void interleave_rows8(const Block* w, std::size_t rows, std::size_t blocks,
+inline void place_in_group(const Block& src, std::size_t i, Interleaved8<Block>& group) {
+  group.d[i] = src.d;
+  std::memcpy(group.qs[i], src.qs, sizeof(src.qs));
+}
+inline void place_in_group(const BlockQ4_K& src, std::size_t i, BlockQ4_Kx8& group) {
+  group.d[i] = src.d;
+  group.dmin[i] = src.dmin;
+  for (std::size_t j = 0; j < 8; ++j)
+    q4_k_scale_min(j, src.scales, group.scales[j][i], group.mins[j][i]);
+  for (std::size_t p = 0; p < 4; ++p) std::memcpy(group.qs[p][i], src.qs + 32 * p, 32);
+}
+inline void place_in_group(const BlockQ6_K& src, std::size_t i, BlockQ6_Kx8& group) {
+  group.d[i] = src.d;
+  for (std::size_t k = 0; k < 16; ++k) group.scales[k / 2][k % 2][i] = src.scales[k];
+  for (std::size_t k = 0; k < 6; ++k)
+    std::memcpy(group.runs[k / 3][k % 3][i], q6_k_run(src, k), 32);
+}
+
+// Repacks rows [0, rows) of w (rows a multiple of 8, `units` blocks per row; K-quants:
+// super-blocks) into out: [rows/8][units] groups.
+template <class Block>
+inline void interleave_rows8(const Block* w, std::size_t rows, std::size_t units,
                              Interleaved8<Block>* out) {
   for (std::size_t g = 0; g < rows / 8; ++g)
-    for (std::size_t b = 0; b < blocks; ++b) {
-      Interleaved8<Block>& group = out[g * blocks + b];
-      for (std::size_t i = 0; i < 8; ++i) {
-        const Block& src = w[(8 * g + i) * blocks + b];
-        group.d[i] = src.d;
-        std::memcpy(group.qs[i], src.qs, sizeof(src.qs));
-      }
-    }
-}
-inline void interleave_rows8(const BlockQ4_K* w, std::size_t rows, std::size_t supers,
-                             BlockQ4_Kx8* out) {
-  for (std::size_t g = 0; g < rows / 8; ++g)
-    for (std::size_t s = 0; s < supers; ++s) {
-      BlockQ4_Kx8& group = out[g * supers + s];
-      for (std::size_t i = 0; i < 8; ++i) {
-        const BlockQ4_K& src = w[(8 * g + i) * supers + s];
-        group.d[i] = src.d;
-        group.dmin[i] = src.dmin;
-        for (std::size_t j = 0; j < 8; ++j)
-          q4_k_scale_min(j, src.scales, group.scales[j][i], group.mins[j][i]);
-        for (std::size_t p = 0; p < 4; ++p) std::memcpy(group.qs[p][i], src.qs + 32 * p, 32);
-      }
-    }
-}
-inline void interleave_rows8(const BlockQ6_K* w, std::size_t rows, std::size_t supers,
-                             BlockQ6_Kx8* out) {
-  for (std::size_t g = 0; g < rows / 8; ++g)
-    for (std::size_t s = 0; s < supers; ++s) {
-      BlockQ6_Kx8& group = out[g * supers + s];
-      for (std::size_t i = 0; i < 8; ++i) {
-        const BlockQ6_K& src = w[(8 * g + i) * supers + s];
-        group.d[i] = src.d;
-        for (std::size_t k = 0; k < 16; ++k) group.scales[k / 2][k % 2][i] = src.scales[k];
-        for (std::size_t k = 0; k < 6; ++k)
-          std::memcpy(group.runs[k / 3][k % 3][i], q6_k_run(src, k), 32);
-      }
-    }
+    for (std::size_t u = 0; u < units; ++u)
+      for (std::size_t i = 0; i < 8; ++i)
+        place_in_group(w[(8 * g + i) * units + u], i, out[g * units + u]);
 }
 
 // Activations quantized on the fly for the integer dot products of quantized weights: 32 values

@@ -1,4 +1,5 @@
 #pragma once
+
 // Run-time ISA dispatch for a header-only library. The kernel bodies (*-inl.hpp, no include
 // guards) are included once per ISA, each time inside namespace hllm::kernels::<isa> and a
 // target region (simd/target.hpp), so every ISA gets its own symbols and the linker never
@@ -163,10 +164,10 @@ struct KernelTable {
         &ns::matmul_dequant<BlockQ8_0, kQK8_0>, &ns::matmul_dequant<BlockQ4_0, kQK4_0>,        \
         &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,         \
         &ns::matmul_dequant<BlockQ5_K, kQK_K>, &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr, \
-        &quant_ns::matmul_q8_0_x8, &quant_ns::matmul_q4_0_x8, &quant_ns::matmul_q4_k_x8,       \
-        &quant_ns::matmul_q6_k_x8, &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>,                   \
-        &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>,     \
-        &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>                                                \
+        &quant_ns::matmul_x8<BlockQ8_0>, &quant_ns::matmul_x8<BlockQ4_0>,                      \
+        &quant_ns::matmul_x8<BlockQ4_K>, &quant_ns::matmul_x8<BlockQ6_K>,                      \
+        &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>, &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>,    \
+        &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>, &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>       \
   }
 
 #define HLLM_ISA_LEVEL 0

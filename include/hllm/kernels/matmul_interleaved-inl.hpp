@@ -284,27 +284,10 @@ inline void matmul_interleaved(const Interleaved8<Block>* w, std::size_t rows, s
   }
 }
 
-inline void matmul_q8_0_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                           std::size_t n_tokens, float* y, std::size_t row_begin,
-                           std::size_t row_end) {
-  matmul_interleaved(static_cast<const BlockQ8_0x8*>(w), rows, cols, x, n_tokens, y, row_begin,
-                     row_end);
-}
-inline void matmul_q4_0_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                           std::size_t n_tokens, float* y, std::size_t row_begin,
-                           std::size_t row_end) {
-  matmul_interleaved(static_cast<const BlockQ4_0x8*>(w), rows, cols, x, n_tokens, y, row_begin,
-                     row_end);
-}
-inline void matmul_q6_k_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                           std::size_t n_tokens, float* y, std::size_t row_begin,
-                           std::size_t row_end) {
-  matmul_interleaved(static_cast<const BlockQ6_Kx8*>(w), rows, cols, x, n_tokens, y, row_begin,
-                     row_end);
-}
-inline void matmul_q4_k_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                           std::size_t n_tokens, float* y, std::size_t row_begin,
-                           std::size_t row_end) {
-  matmul_interleaved(static_cast<const BlockQ4_Kx8*>(w), rows, cols, x, n_tokens, y, row_begin,
-                     row_end);
+// The table's entry for Interleaved8<Block> weights.
+template <class Block>
+inline void matmul_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                      std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end) {
+  matmul_interleaved(static_cast<const Interleaved8<Block>*>(w), rows, cols, x, n_tokens, y,
+                     row_begin, row_end);
 }
