@@ -509,8 +509,7 @@ int main(int argc, char** argv) {
             (o.repack == "auto" && hllm::kernels::table_for(run_isa).prefers_interleaved),
         o.repack == "always" || (o.repack == "auto" && hllm::huge_pages_available())};
     if (!o.model_path.empty()) {
-      hllm::GgufModel loaded =
-          hllm::load_gguf_model(o.model_path, {.repack = hllm::Repack::never});
+      hllm::GgufModel loaded = hllm::load_gguf_model(o.model_path, {.repack = hllm::Repack::never});
       config = loaded.config;
       weights = std::move(loaded.weights);
       if (plan.interleave || plan.move_all)
