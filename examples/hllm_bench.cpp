@@ -532,7 +532,7 @@ int main(int argc, char** argv) {
     }
     const hllm::Llama<> model(config, std::move(weights));
     const std::size_t context = std::max<std::size_t>(o.prompt_tokens + o.gen_tokens + 1, 16);
-    if (weights_repacked(model.weights())) type_name += " (repacked)";
+    const bool repacked = weights_repacked(model.weights());
     hllm::Session<> session(model, {.context = context,
                                     .max_batch = std::max<std::size_t>(o.prompt_tokens, 1),
                                     .threads = o.threads,
@@ -612,16 +612,17 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < results.size(); ++i) {
         const Measurement& m = results[i];
         std::printf(
-            "  {\"model\": \"%s\", \"test\": \"%s\", \"type\": \"%s\", \"threads\": %zu, "
+            "  {\"model\": \"%s\", \"test\": \"%s\", \"type\": \"%s\", \"repacked\": %s, "
+            "\"threads\": %zu, "
             "\"isa\": \"%s\", \"tokens_per_s\": %.3f, \"stddev\": %.3f, \"bandwidth_gbs\": %.2f, "
             "\"bandwidth_4k_pages_gbs\": %.2f, \"huge_pages\": %s, "
             "\"fp32_peak_gflops\": %.1f, \"int8_peak_gops\": %.1f, \"bf16_peak_gflops\": %.1f, "
             "\"peak_gops\": %.1f, \"peak_kind\": \"%s\", \"roofline\": \"%s\", "
             "\"roofline_fraction\": %.4f}%s\n",
-            model_name.c_str(), m.test.c_str(), type_name.c_str(), session.threads(),
-            hllm::to_string(session.isa()), m.mean, m.stddev, bandwidth / 1e9, bw.small / 1e9,
-            bw.huge ? "true" : "false", peaks.fp32 / 1e9, peaks.int8 / 1e9, peaks.bf16 / 1e9,
-            peak.ops / 1e9, peak.kind, m.test[0] == 't' ? "bandwidth" : peak.kind,
+            model_name.c_str(), m.test.c_str(), type_name.c_str(), repacked ? "true" : "false",
+            session.threads(), hllm::to_string(session.isa()), m.mean, m.stddev, bandwidth / 1e9,
+            bw.small / 1e9, bw.huge ? "true" : "false", peaks.fp32 / 1e9, peaks.int8 / 1e9,
+            peaks.bf16 / 1e9, peak.ops / 1e9, peak.kind, m.test[0] == 't' ? "bandwidth" : peak.kind,
             m.roofline_fraction, i + 1 < results.size() ? "," : "");
       }
       std::printf("]\n");
@@ -640,9 +641,9 @@ int main(int argc, char** argv) {
         const std::string of =
             m.test[0] == 't' ? std::string("bandwidth") : std::string(peak.kind) + " peak";
         std::printf("| %s | %s | %.2f GiB | %zu | %s | %.2f ± %.2f | %.1f%% of %s |\n",
-                    model_name.c_str(), type_name.c_str(), weight_bytes / double(1u << 30),
-                    session.threads(), m.test.c_str(), m.mean, m.stddev,
-                    100.0 * m.roofline_fraction, of.c_str());
+                    model_name.c_str(), (type_name + (repacked ? " (repacked)" : "")).c_str(),
+                    weight_bytes / double(1u << 30), session.threads(), m.test.c_str(), m.mean,
+                    m.stddev, 100.0 * m.roofline_fraction, of.c_str());
       }
     }
     return 0;
