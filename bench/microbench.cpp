@@ -216,13 +216,18 @@ void BM_SiluMul(benchmark::State& state) {
 BENCHMARK(BM_SiluMul);
 
 // One decode step of attention: 32 query heads over `context` cached positions of 4 KV heads
-// (TinyLlama's GQA). Reports the KV bytes read per second.
+// (TinyLlama's GQA), with the cache in KV elements. Reports the cache bytes read per second
+// (each KV head's keys and values once: the grouped kernel reads them once for its 8 heads).
+template <class KV>
 void BM_Attention(benchmark::State& state) {
   const std::size_t context = static_cast<std::size_t>(state.range(0));
   const std::size_t heads = 32, kv_heads = 4, head_dim = 64;
-  hllm::KVCache<float> cache(1, kv_heads, head_dim, context);
-  const auto kv = random_floats(kv_heads * head_dim, 3);
-  for (std::size_t p = 0; p < context; ++p) cache.store(0, p, kv.data(), kv.data());
+  hllm::KVCache<KV> cache(1, kv_heads, head_dim, context);
+  for (std::size_t p = 0; p < context; ++p) {
+    const auto k = random_floats(kv_heads * head_dim, 3 + 2 * static_cast<unsigned>(p));
+    const auto v = random_floats(kv_heads * head_dim, 4 + 2 * static_cast<unsigned>(p));
+    cache.store(0, p, k.data(), v.data());
+  }
   const hllm::Attention attention({heads, kv_heads, head_dim, 0});
   const auto q = random_floats(heads * head_dim, 4);
   std::vector<float> out(heads * head_dim);
@@ -230,10 +235,11 @@ void BM_Attention(benchmark::State& state) {
     attention.forward(q.data(), context - 1, cache, 0, out.data());
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * heads * 2 * context *
-                                                    head_dim * sizeof(float)));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * cache.bytes()));
 }
-BENCHMARK(BM_Attention)->Arg(128)->Arg(512)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Attention<float>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Attention<hllm::f16>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Attention<hllm::BlockQ8_0>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
 
 // One decode step of a small whole model (dim 512, 4 layers): the composition overhead.
 void BM_ModelDecode(benchmark::State& state) {

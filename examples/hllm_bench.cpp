@@ -1,7 +1,8 @@
 // hllm-bench: end-to-end prompt-processing and generation speed, in the spirit of llama-bench.
 //
 //   hllm-bench (-m FILE.gguf | --preset NAME --type TYPE) [-p 512] [-n 128] [-r 3] [-t N]
-//              [--isa scalar|avx2|avx512] [--repack auto|never|always] [-o md|json]
+//              [--isa scalar|avx2|avx512] [--repack auto|never|always]
+//              [--kv-type f32|f16|bf16|q8_0] [-o md|json]
 //   hllm-bench --preset NAME --type TYPE --save FILE.gguf [--vocab VOCAB.gguf]
 //
 // In the same run it measures this machine's read bandwidth and arithmetic peaks (FP32 FMA, and
@@ -43,10 +44,12 @@ using Clock = std::chrono::steady_clock;
 const char* kUsage =
     "usage: hllm-bench (-m FILE.gguf | --preset NAME --type f32|f16|bf16|q8_0|q4_0)\n"
     "                  [-p PROMPT_TOKENS=512] [-n GEN_TOKENS=128] [-r REPS=3] [-t THREADS]\n"
-    "                  [--isa scalar|avx2|avx512] [--repack auto|never|always] [-o md|json]\n"
+    "                  [--isa scalar|avx2|avx512] [--repack auto|never|always]\n"
+    "                  [--kv-type f32|f16|bf16|q8_0] [-o md|json]\n"
     "       hllm-bench --preset NAME --type TYPE --save FILE.gguf [--vocab VOCAB.gguf]\n"
     "  --repack: load-time 8-row interleaving of Q4_0/Q8_0 projections (auto: where the\n"
     "            kernels of the ISA that runs prefer it, i.e. AVX-512 VNNI)\n"
+    "  --kv-type: the KV cache's element type (default f32)\n"
     "  --save writes the synthetic model as GGUF (llama.cpp-loadable) and exits\n"
     "  presets: tinyllama-1.1b, llama-2-7b, llama-3-8b, llama-3.2-1b, mistral-7b, tiny\n";
 
@@ -55,6 +58,7 @@ struct Options {
   std::size_t prompt_tokens = 512, gen_tokens = 128, reps = 3, threads = 0;
   std::optional<hllm::Isa> isa;
   std::string repack = "auto";
+  std::string kv_type = "f32";
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) {
@@ -434,6 +438,130 @@ Measurement summarize(std::string test, const std::vector<double>& rates) {
   return m;
 }
 
+// Runs the measurements on a model whose KV cache holds KV elements, and prints them.
+template <class KV>
+void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::ModelWeights weights,
+                   const std::string& model_name, const std::string& type_name) {
+  using Spec = hllm::ModelSpec<hllm::AnyWeight, KV>;
+  const hllm::Llama<Spec> model(config, std::move(weights));
+  const std::size_t context = std::max<std::size_t>(o.prompt_tokens + o.gen_tokens + 1, 16);
+  const bool repacked = weights_repacked(model.weights());
+  hllm::Session<Spec> session(model, {.context = context,
+                                      .max_batch = std::max<std::size_t>(o.prompt_tokens, 1),
+                                      .threads = o.threads,
+                                      .isa = o.isa});
+
+  hllm::ThreadPool probe_pool(session.threads());
+  Bandwidth bw = measure_read_bandwidth(probe_pool);  // again after the tests
+  const Peaks peaks = measure_peaks(probe_pool, session.isa());
+  const hllm::ModelWeights& w = model.weights();
+  const Peak peak = peak_for(w.layers.at(0).wq.type, peaks, session.isa());
+
+  // Per token: the bytes decode reads (every matrix once; the embedding reads one row) and the
+  // ideal prefill time, each matrix's 2·rows·cols operations at the peak of its own type.
+  double weight_bytes = 0, matmul_seconds = 0;
+  for (const auto& layer : w.layers)
+    for (const hllm::WeightTensor* t : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.ffn.gate,
+                                        &layer.ffn.up, &layer.ffn.down}) {
+      weight_bytes += double(t->bytes());
+      const Peak p = peak_for(t->type, peaks, session.isa());
+      matmul_seconds += p.ops > 0 ? 2.0 * double(t->rows) * double(t->cols) / p.ops : 0.0;
+    }
+  const hllm::WeightTensor& output = model.output_weight();
+  weight_bytes += double(output.bytes());
+  const double output_flops = 2.0 * double(output.rows) * double(output.cols);
+  const double kv_bytes_per_position = 2.0 * double(config.n_layers * config.kv_dim()) *
+                                       sizeof(KV) / hllm::kv_values_per_element<KV>;
+
+  std::vector<Measurement> results;
+  std::vector<std::int32_t> prompt(o.prompt_tokens);
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = static_cast<std::int32_t>((i * 7919 + 13) % std::size_t(config.vocab_size));
+  if (o.prompt_tokens > 0) {
+    session.prefill(prompt);  // warm-up: page in the weights
+    std::vector<double> rates;
+    for (std::size_t r = 0; r < o.reps; ++r) {
+      session.reset();
+      const auto start = Clock::now();
+      session.prefill(prompt);
+      rates.push_back(double(o.prompt_tokens) / seconds(start, Clock::now()));
+    }
+    Measurement m = summarize("pp" + std::to_string(o.prompt_tokens), rates);
+    // Float32 work on the FP32 peak: attention, 4·n_heads·head_dim FLOPs per visible key (keys
+    // average p/2), and the output projection, which runs for the last token only (the whole
+    // prompt is one chunk) with float32 activations.
+    const double p = double(o.prompt_tokens);
+    const double attn_flops = 4.0 * double(config.n_layers * config.q_dim()) * p / 2.0;
+    const double fp32_seconds = peaks.fp32 > 0 ? (attn_flops + output_flops / p) / peaks.fp32 : 0.0;
+    m.roofline_fraction = peak.ops > 0 ? m.mean * (matmul_seconds + fp32_seconds) : 0.0;
+    results.push_back(m);
+  }
+  if (o.gen_tokens > 0) {
+    std::vector<double> rates;
+    for (std::size_t r = 0; r < o.reps + 1; ++r) {  // the first pass is a warm-up
+      session.reset();
+      std::int32_t token = 1;
+      const auto start = Clock::now();
+      for (std::size_t i = 0; i < o.gen_tokens; ++i) {
+        session.decode(token);
+        token = static_cast<std::int32_t>((token * 31 + 7) % config.vocab_size);
+      }
+      if (r > 0) rates.push_back(double(o.gen_tokens) / seconds(start, Clock::now()));
+    }
+    Measurement m = summarize("tg" + std::to_string(o.gen_tokens), rates);
+    m.bytes_per_token = weight_bytes + kv_bytes_per_position * double(o.gen_tokens) / 2.0;
+    results.push_back(m);
+  }
+
+  // The second probe; the decode fractions are against the better of the two.
+  bw.merge(measure_read_bandwidth(probe_pool));
+  const double bandwidth = bw.best;
+  for (Measurement& m : results)
+    if (m.test[0] == 't') m.roofline_fraction = m.mean * m.bytes_per_token / bandwidth;
+
+  if (o.output == "json") {
+    std::printf("[\n");
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const Measurement& m = results[i];
+      std::printf(
+          "  {\"model\": \"%s\", \"test\": \"%s\", \"type\": \"%s\", \"repacked\": %s, "
+          "\"kv_type\": \"%s\", \"threads\": %zu, "
+          "\"isa\": \"%s\", \"tokens_per_s\": %.3f, \"stddev\": %.3f, \"bandwidth_gbs\": %.2f, "
+          "\"bandwidth_4k_pages_gbs\": %.2f, \"huge_pages\": %s, "
+          "\"fp32_peak_gflops\": %.1f, \"int8_peak_gops\": %.1f, \"bf16_peak_gflops\": %.1f, "
+          "\"peak_gops\": %.1f, \"peak_kind\": \"%s\", \"roofline\": \"%s\", "
+          "\"roofline_fraction\": %.4f}%s\n",
+          model_name.c_str(), m.test.c_str(), type_name.c_str(), repacked ? "true" : "false",
+          o.kv_type.c_str(), session.threads(), hllm::to_string(session.isa()), m.mean, m.stddev,
+          bandwidth / 1e9, bw.small / 1e9, bw.huge ? "true" : "false", peaks.fp32 / 1e9,
+          peaks.int8 / 1e9, peaks.bf16 / 1e9, peak.ops / 1e9, peak.kind,
+          m.test[0] == 't' ? "bandwidth" : peak.kind, m.roofline_fraction,
+          i + 1 < results.size() ? "," : "");
+    }
+    std::printf("]\n");
+  } else {
+    std::printf(
+        "read bandwidth %.1f GB/s (%.1f GB/s with 4 KiB pages%s); peaks: FP32 FMA %.0f "
+        "GFLOP/s",
+        bandwidth / 1e9, bw.small / 1e9, bw.huge ? "" : "; no huge pages granted",
+        peaks.fp32 / 1e9);
+    if (peaks.int8 > 0) std::printf(", %s int8 %.0f GOP/s", peaks.int8_kind, peaks.int8 / 1e9);
+    if (peaks.bf16 > 0) std::printf(", BF16 %.0f GFLOP/s", peaks.bf16 / 1e9);
+    std::printf(" (%zu threads, %s, %s KV cache)\n\n", session.threads(),
+                hllm::to_string(session.isa()), o.kv_type.c_str());
+    std::printf("| model | type | weights | threads | test | t/s | of roofline |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
+    for (const Measurement& m : results) {
+      const std::string of =
+          m.test[0] == 't' ? std::string("bandwidth") : std::string(peak.kind) + " peak";
+      std::printf("| %s | %s | %.2f GiB | %zu | %s | %.2f ± %.2f | %.1f%% of %s |\n",
+                  model_name.c_str(), (type_name + (repacked ? " (repacked)" : "")).c_str(),
+                  weight_bytes / double(1u << 30), session.threads(), m.test.c_str(), m.mean,
+                  m.stddev, 100.0 * m.roofline_fraction, of.c_str());
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -464,6 +592,10 @@ int main(int argc, char** argv) {
       o.repack = args.value();
       if (o.repack != "auto" && o.repack != "never" && o.repack != "always")
         args.fail("--repack must be auto, never or always");
+    } else if (args.is("--kv-type")) {
+      o.kv_type = args.value();
+      if (o.kv_type != "f32" && o.kv_type != "f16" && o.kv_type != "bf16" && o.kv_type != "q8_0")
+        args.fail("--kv-type must be f32, f16, bf16 or q8_0");
     } else if (args.is("-o", "--output")) {
       o.output = args.value();
       if (o.output != "md" && o.output != "json") args.fail("-o must be md or json");
@@ -530,122 +662,14 @@ int main(int argc, char** argv) {
       model_name = o.preset + " (synthetic)";
       type_name = hllm::dtype_name(type);
     }
-    const hllm::Llama<> model(config, std::move(weights));
-    const std::size_t context = std::max<std::size_t>(o.prompt_tokens + o.gen_tokens + 1, 16);
-    const bool repacked = weights_repacked(model.weights());
-    hllm::Session<> session(model, {.context = context,
-                                    .max_batch = std::max<std::size_t>(o.prompt_tokens, 1),
-                                    .threads = o.threads,
-                                    .isa = o.isa});
-
-    hllm::ThreadPool probe_pool(session.threads());
-    Bandwidth bw = measure_read_bandwidth(probe_pool);  // again after the tests
-    const Peaks peaks = measure_peaks(probe_pool, session.isa());
-    const hllm::ModelWeights& w = model.weights();
-    const Peak peak = peak_for(w.layers.at(0).wq.type, peaks, session.isa());
-
-    // Per token: the bytes decode reads (every matrix once; the embedding reads one row) and the
-    // ideal prefill time, each matrix's 2·rows·cols operations at the peak of its own type.
-    double weight_bytes = 0, matmul_seconds = 0;
-    for (const auto& layer : w.layers)
-      for (const hllm::WeightTensor* t : {&layer.wq, &layer.wk, &layer.wv, &layer.wo,
-                                          &layer.ffn.gate, &layer.ffn.up, &layer.ffn.down}) {
-        weight_bytes += double(t->bytes());
-        const Peak p = peak_for(t->type, peaks, session.isa());
-        matmul_seconds += p.ops > 0 ? 2.0 * double(t->rows) * double(t->cols) / p.ops : 0.0;
-      }
-    const hllm::WeightTensor& output = model.output_weight();
-    weight_bytes += double(output.bytes());
-    const double output_flops = 2.0 * double(output.rows) * double(output.cols);
-    const double kv_bytes_per_position =
-        2.0 * double(config.n_layers * config.kv_dim()) * sizeof(float);
-
-    std::vector<Measurement> results;
-    std::vector<std::int32_t> prompt(o.prompt_tokens);
-    for (std::size_t i = 0; i < prompt.size(); ++i)
-      prompt[i] = static_cast<std::int32_t>((i * 7919 + 13) % std::size_t(config.vocab_size));
-    if (o.prompt_tokens > 0) {
-      session.prefill(prompt);  // warm-up: page in the weights
-      std::vector<double> rates;
-      for (std::size_t r = 0; r < o.reps; ++r) {
-        session.reset();
-        const auto start = Clock::now();
-        session.prefill(prompt);
-        rates.push_back(double(o.prompt_tokens) / seconds(start, Clock::now()));
-      }
-      Measurement m = summarize("pp" + std::to_string(o.prompt_tokens), rates);
-      // Float32 work on the FP32 peak: attention, 4·n_heads·head_dim FLOPs per visible key (keys
-      // average p/2), and the output projection, which runs for the last token only (the whole
-      // prompt is one chunk) with float32 activations.
-      const double p = double(o.prompt_tokens);
-      const double attn_flops = 4.0 * double(config.n_layers * config.q_dim()) * p / 2.0;
-      const double fp32_seconds =
-          peaks.fp32 > 0 ? (attn_flops + output_flops / p) / peaks.fp32 : 0.0;
-      m.roofline_fraction = peak.ops > 0 ? m.mean * (matmul_seconds + fp32_seconds) : 0.0;
-      results.push_back(m);
-    }
-    if (o.gen_tokens > 0) {
-      std::vector<double> rates;
-      for (std::size_t r = 0; r < o.reps + 1; ++r) {  // the first pass is a warm-up
-        session.reset();
-        std::int32_t token = 1;
-        const auto start = Clock::now();
-        for (std::size_t i = 0; i < o.gen_tokens; ++i) {
-          session.decode(token);
-          token = static_cast<std::int32_t>((token * 31 + 7) % config.vocab_size);
-        }
-        if (r > 0) rates.push_back(double(o.gen_tokens) / seconds(start, Clock::now()));
-      }
-      Measurement m = summarize("tg" + std::to_string(o.gen_tokens), rates);
-      m.bytes_per_token = weight_bytes + kv_bytes_per_position * double(o.gen_tokens) / 2.0;
-      results.push_back(m);
-    }
-
-    // The second probe; the decode fractions are against the better of the two.
-    bw.merge(measure_read_bandwidth(probe_pool));
-    const double bandwidth = bw.best;
-    for (Measurement& m : results)
-      if (m.test[0] == 't') m.roofline_fraction = m.mean * m.bytes_per_token / bandwidth;
-
-    if (o.output == "json") {
-      std::printf("[\n");
-      for (std::size_t i = 0; i < results.size(); ++i) {
-        const Measurement& m = results[i];
-        std::printf(
-            "  {\"model\": \"%s\", \"test\": \"%s\", \"type\": \"%s\", \"repacked\": %s, "
-            "\"threads\": %zu, "
-            "\"isa\": \"%s\", \"tokens_per_s\": %.3f, \"stddev\": %.3f, \"bandwidth_gbs\": %.2f, "
-            "\"bandwidth_4k_pages_gbs\": %.2f, \"huge_pages\": %s, "
-            "\"fp32_peak_gflops\": %.1f, \"int8_peak_gops\": %.1f, \"bf16_peak_gflops\": %.1f, "
-            "\"peak_gops\": %.1f, \"peak_kind\": \"%s\", \"roofline\": \"%s\", "
-            "\"roofline_fraction\": %.4f}%s\n",
-            model_name.c_str(), m.test.c_str(), type_name.c_str(), repacked ? "true" : "false",
-            session.threads(), hllm::to_string(session.isa()), m.mean, m.stddev, bandwidth / 1e9,
-            bw.small / 1e9, bw.huge ? "true" : "false", peaks.fp32 / 1e9, peaks.int8 / 1e9,
-            peaks.bf16 / 1e9, peak.ops / 1e9, peak.kind, m.test[0] == 't' ? "bandwidth" : peak.kind,
-            m.roofline_fraction, i + 1 < results.size() ? "," : "");
-      }
-      std::printf("]\n");
-    } else {
-      std::printf(
-          "read bandwidth %.1f GB/s (%.1f GB/s with 4 KiB pages%s); peaks: FP32 FMA %.0f "
-          "GFLOP/s",
-          bandwidth / 1e9, bw.small / 1e9, bw.huge ? "" : "; no huge pages granted",
-          peaks.fp32 / 1e9);
-      if (peaks.int8 > 0) std::printf(", %s int8 %.0f GOP/s", peaks.int8_kind, peaks.int8 / 1e9);
-      if (peaks.bf16 > 0) std::printf(", BF16 %.0f GFLOP/s", peaks.bf16 / 1e9);
-      std::printf(" (%zu threads, %s)\n\n", session.threads(), hllm::to_string(session.isa()));
-      std::printf("| model | type | weights | threads | test | t/s | of roofline |\n");
-      std::printf("|---|---|---|---|---|---|---|\n");
-      for (const Measurement& m : results) {
-        const std::string of =
-            m.test[0] == 't' ? std::string("bandwidth") : std::string(peak.kind) + " peak";
-        std::printf("| %s | %s | %.2f GiB | %zu | %s | %.2f ± %.2f | %.1f%% of %s |\n",
-                    model_name.c_str(), (type_name + (repacked ? " (repacked)" : "")).c_str(),
-                    weight_bytes / double(1u << 30), session.threads(), m.test.c_str(), m.mean,
-                    m.stddev, 100.0 * m.roofline_fraction, of.c_str());
-      }
-    }
+    if (o.kv_type == "f16")
+      run_benchmark<hllm::f16>(o, config, std::move(weights), model_name, type_name);
+    else if (o.kv_type == "bf16")
+      run_benchmark<hllm::bf16>(o, config, std::move(weights), model_name, type_name);
+    else if (o.kv_type == "q8_0")
+      run_benchmark<hllm::BlockQ8_0>(o, config, std::move(weights), model_name, type_name);
+    else
+      run_benchmark<float>(o, config, std::move(weights), model_name, type_name);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-bench: %s\n", e.what());

@@ -31,6 +31,17 @@ std::vector<T> to_type(const std::vector<float>& v) {
   return out;
 }
 
+// Cache rows of head_dim values, written as the KV cache writes them (store_kv_row: Q8_0 rows
+// are quantized per 32 values).   values: [n][head_dim]
+template <class KV>
+std::vector<KV> kv_rows(const std::vector<float>& values, std::size_t head_dim) {
+  const std::size_t n = values.size() / head_dim, per_row = hllm::kv_row_elements<KV>(head_dim);
+  std::vector<KV> rows(n * per_row);
+  for (std::size_t j = 0; j < n; ++j)
+    hllm::store_kv_row(values.data() + j * head_dim, head_dim, rows.data() + j * per_row);
+  return rows;
+}
+
 // Error bound of a float32 dot product of n terms summed in any order (Higham, Accuracy and
 // Stability of Numerical Algorithms, §3.1): |computed - exact| <= gamma_n · sum |w_i x_i| with
 // gamma_n = n·u / (1 - n·u), u = 2^-24. Both the kernel and the reference obey it, so they
@@ -179,8 +190,8 @@ TEST_P(KernelIsa, RmsNormMatchesReference) {
 template <class KV>
 void check_attention(Isa isa, std::size_t n_keys, std::size_t head_dim) {
   const auto q = hllm::test::random_vector(head_dim, 5);
-  const auto k = to_type<KV>(hllm::test::random_vector(n_keys * head_dim, 6));
-  const auto v = to_type<KV>(hllm::test::random_vector(n_keys * head_dim, 7));
+  const auto k = kv_rows<KV>(hllm::test::random_vector(n_keys * head_dim, 6), head_dim);
+  const auto v = kv_rows<KV>(hllm::test::random_vector(n_keys * head_dim, 7), head_dim);
   std::vector<float> expected(head_dim), actual(head_dim);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   hllm::reference::attend_head(q.data(), k.data(), v.data(), n_keys, head_dim, scale,
@@ -189,7 +200,8 @@ void check_attention(Isa isa, std::size_t n_keys, std::size_t head_dim) {
                                                       head_dim, scale, actual.data());
   // Scores differ by the dot-product bound (|q||k| ~ head_dim here, times 2·head_dim·u), which
   // moves softmax weights by the same relative amount; the output is a convex combination of
-  // values of size ~1, so 1e-5 of the output scale covers head_dim up to 128 with margin.
+  // values of size ~1, so 1e-5 of the output scale covers head_dim up to 128 with margin. (Q8_0
+  // rows: both read the same dequantized values, d·q rounded once, so the same bound holds.)
   EXPECT_TRUE(hllm::test::all_close(actual, expected, 1e-5f))
       << hllm::to_string(isa) << " keys " << n_keys << " head_dim " << head_dim;
 }
@@ -200,30 +212,37 @@ TEST_P(KernelIsa, AttentionMatchesReference) {
       check_attention<float>(GetParam(), n_keys, head_dim);
       check_attention<hllm::f16>(GetParam(), n_keys, head_dim);
       check_attention<hllm::bf16>(GetParam(), n_keys, head_dim);
+      if (head_dim % 32 == 0) check_attention<hllm::BlockQ8_0>(GetParam(), n_keys, head_dim);
     }
 }
 
 // Query heads sharing a KV head, attended together (the tiled kernel for group sizes 1, 2, 4, 8
 // and head_dim a multiple of 16; one head at a time otherwise), against the reference one head
 // at a time: same bound as above. Key counts around the 16-key tile.
+template <class KV>
+void check_grouped_attention(Isa isa, std::size_t group, std::size_t n_keys, std::size_t head_dim) {
+  const auto q = hllm::test::random_vector(group * head_dim, 15);
+  const auto k = kv_rows<KV>(hllm::test::random_vector(n_keys * head_dim, 16), head_dim);
+  const auto v = kv_rows<KV>(hllm::test::random_vector(n_keys * head_dim, 17), head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  std::vector<float> expected(group * head_dim), actual(group * head_dim);
+  for (std::size_t g = 0; g < group; ++g)
+    hllm::reference::attend_head(q.data() + g * head_dim, k.data(), v.data(), n_keys, head_dim,
+                                 scale, expected.data() + g * head_dim);
+  hllm::kernels::table_for(isa).attend_group_for<KV>()(q.data(), k.data(), v.data(), n_keys,
+                                                       head_dim, group, scale, actual.data());
+  EXPECT_TRUE(hllm::test::all_close(actual, expected, 1e-5f))
+      << hllm::to_string(isa) << " group " << group << " keys " << n_keys << " head_dim "
+      << head_dim;
+}
+
 TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
   for (std::size_t group : {1u, 2u, 3u, 4u, 8u})
     for (std::size_t n_keys : {1u, 15u, 16u, 17u, 100u})
       for (std::size_t head_dim : {16u, 20u, 64u, 128u}) {
-        const auto q = hllm::test::random_vector(group * head_dim, 15);
-        const auto k = to_type<hllm::f16>(hllm::test::random_vector(n_keys * head_dim, 16));
-        const auto v = to_type<hllm::f16>(hllm::test::random_vector(n_keys * head_dim, 17));
-        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-        std::vector<float> expected(group * head_dim), actual(group * head_dim);
-        for (std::size_t g = 0; g < group; ++g)
-          hllm::reference::attend_head(q.data() + g * head_dim, k.data(), v.data(), n_keys,
-                                       head_dim, scale, expected.data() + g * head_dim);
-        hllm::kernels::table_for(GetParam())
-            .attend_group_for<hllm::f16>()(q.data(), k.data(), v.data(), n_keys, head_dim, group,
-                                           scale, actual.data());
-        EXPECT_TRUE(hllm::test::all_close(actual, expected, 1e-5f))
-            << hllm::to_string(GetParam()) << " group " << group << " keys " << n_keys
-            << " head_dim " << head_dim;
+        check_grouped_attention<hllm::f16>(GetParam(), group, n_keys, head_dim);
+        if (head_dim % 32 == 0)
+          check_grouped_attention<hllm::BlockQ8_0>(GetParam(), group, n_keys, head_dim);
       }
 }
 

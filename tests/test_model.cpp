@@ -253,6 +253,46 @@ TEST(Llama, HalfPrecisionWeightsAndCacheStayClose) {
       hllm::Error);
 }
 
+// A Q8_0 KV cache (head_dim 32: one block per row; GQA, two query heads per KV head). Prefill,
+// token-by-token decode and chunked prefill compute k and v in different summation orders
+// (1e-6 apart, see above), so a value that lies that close to a rounding boundary quantizes one
+// step apart on two paths: it moves by 1/127 of its block's largest magnitude, and so does any
+// output it feeds, at most (convex combinations; scores by the same fraction of |q|·|k|·scale):
+// the paths agree within 1/127 of the logits' scale. Against the float cache:
+// every cached value moves by at most half a step, 0.4% (1/254) of its block's largest
+// magnitude, so each attention output (a convex combination of values) moves by at most 0.4% of
+// the values' scale and each score by 0.4% of |q|·|k|·scale; through two layers and the output
+// projection that stays within a few times 0.4% of the logits' scale: 2% is the bound.
+TEST(Llama, Q8_0CacheAgreesAcrossPathsAndStaysNearTheFloatCache) {
+  using Q8Cache = hllm::ModelSpec<hllm::AnyWeight, hllm::BlockQ8_0>;
+  hllm::ModelConfig c = tiny_config(4, 2, 0);
+  c.dim = 128;  // head_dim 32
+  const hllm::Llama<> f32_model(c, hllm::random_weights(c, hllm::DType::f32, 21));
+  const hllm::Llama<Q8Cache> q8_model(c, hllm::random_weights(c, hllm::DType::f32, 21));
+  const auto tokens = some_tokens(40, 97);
+
+  hllm::Session<Q8Cache> whole(q8_model);
+  const auto all_span = whole.prefill(tokens, hllm::Logits::all);
+  const std::vector<float> all(all_span.begin(), all_span.end());
+  hllm::Session<Q8Cache> stepwise(q8_model);
+  std::vector<float> decoded;
+  for (std::int32_t t : tokens) {
+    const auto logits = stepwise.decode(t);
+    decoded.insert(decoded.end(), logits.begin(), logits.end());
+  }
+  EXPECT_TRUE(all_close(decoded, all, 1.0f / 127));
+  hllm::Session<Q8Cache> chunked(q8_model, {.context = 0, .max_batch = 7});
+  EXPECT_TRUE(all_close(chunked.prefill(tokens, hllm::Logits::all), all, 1.0f / 127));
+
+  hllm::Session<> reference(f32_model);
+  const auto float_span = reference.prefill(tokens, hllm::Logits::all);
+  const std::vector<float> float_cache(float_span.begin(), float_span.end());
+  EXPECT_TRUE(all_close(all, float_cache, 2e-2f));
+  // The quantization is real: the logits are not the float cache's bit for bit.
+  EXPECT_GT(hllm::test::max_abs_diff(all, float_cache), 0.0f);
+  EXPECT_EQ(whole.kv_cache().bytes(), 2 * 2 * 2 * 128 * 34);  // layers·kv heads·context·block
+}
+
 // --- presets -------------------------------------------------------------------------------
 
 TEST(Presets, RealDimensions) {

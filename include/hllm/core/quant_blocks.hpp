@@ -3,6 +3,8 @@
 // quantized tensor is cols / block_elements consecutive blocks; blocks in a file are only 2-byte
 // aligned, so code that reads them from raw bytes copies each block out (memcpy) first.
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +24,18 @@ struct BlockQ8_0 {
   f16 d;
   std::int8_t qs[kQK8_0];
 };
+
+// x: [32] → y, round to nearest with the scale mapping the largest magnitude to ±127, exactly
+// as ggml's quantize_row_q8_0_ref (the GGUF writer's and the Q8_0 KV cache's quantizer).
+inline void quantize_block_q8_0(const float* x, BlockQ8_0& y) {
+  float amax = 0.0f;
+  for (std::size_t j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  y.d = f16::from_float(d);
+  for (std::size_t j = 0; j < kQK8_0; ++j)
+    y.qs[j] = static_cast<std::int8_t>(std::round(x[j] * id));
+}
 
 // value[i] = d * (nibble_i - 8); byte j holds element j (low nibble) and j + 16 (high nibble).
 struct BlockQ4_0 {

@@ -23,16 +23,7 @@ namespace hllm::quant {
 inline void quantize_row_q8_0(const float* x, std::size_t n, BlockQ8_0* y) {
   require(n % kQK8_0 == 0,
           "quantize_row_q8_0: n = " + std::to_string(n) + " is not a multiple of 32");
-  for (std::size_t i = 0; i < n / kQK8_0; ++i) {
-    const float* xb = x + i * kQK8_0;
-    float amax = 0.0f;
-    for (std::size_t j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[i].d = f16::from_float(d);
-    for (std::size_t j = 0; j < kQK8_0; ++j)
-      y[i].qs[j] = static_cast<std::int8_t>(std::round(xb[j] * id));
-  }
+  for (std::size_t i = 0; i < n / kQK8_0; ++i) quantize_block_q8_0(x + i * kQK8_0, y[i]);
 }
 
 // x: [n], n a multiple of 32; y: [n / 32]. The scale maps the value of largest magnitude to -8,

@@ -19,6 +19,7 @@
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
+#include "hllm/core/kv_element.hpp"
 #include "hllm/core/quant_blocks.hpp"
 #include "hllm/kernels/reference.hpp"
 #include "hllm/simd/cpu_features.hpp"
@@ -60,7 +61,8 @@ using RopeFn = void (*)(float* x, std::size_t n_heads, std::size_t head_dim, std
                         RopeLayout layout, const float* cos, const float* sin);
 // out[i] = silu(gate[i]) · up[i].   gate, up, out: [n]
 using SiluMulFn = void (*)(const float* gate, const float* up, std::size_t n, float* out);
-// q: [head_dim], keys, values: [n_keys][head_dim] of the cache's element type, out: [head_dim]
+// q: [head_dim], keys, values: [n_keys][head_dim] of the cache's element type (KV rows,
+// core/kv_element.hpp), out: [head_dim]
 using AttendHeadFn = void (*)(const float* q, const void* keys, const void* values,
                               std::size_t n_keys, std::size_t head_dim, float scale, float* out);
 // `group` query heads that share one KV head: q, out: [group][head_dim].
@@ -74,8 +76,8 @@ struct KernelTable {
   RmsNormFn rms_norm;
   SiluMulFn silu_mul;
   RopeFn rope;
-  AttendHeadFn attend_head_f32, attend_head_f16, attend_head_bf16;
-  AttendGroupFn attend_group_f32, attend_group_f16, attend_group_bf16;
+  AttendHeadFn attend_head_f32, attend_head_f16, attend_head_bf16, attend_head_q8_0;
+  AttendGroupFn attend_group_f32, attend_group_f16, attend_group_bf16, attend_group_q8_0;
   QuantizeFn quantize_activations;
   QuantMatmulFn matmul_q8_0, matmul_q4_0, matmul_q4_k, matmul_q5_k, matmul_q6_k;
   MatmulFn dequant_q8_0, dequant_q4_0, dequant_q4_1, dequant_q4_k, dequant_q5_k, dequant_q6_k;
@@ -137,6 +139,8 @@ struct KernelTable {
       return attend_group_f16;
     else if constexpr (std::is_same_v<KV, bf16>)
       return attend_group_bf16;
+    else if constexpr (std::is_same_v<KV, BlockQ8_0>)
+      return attend_group_q8_0;
     else
       return attend_group_f32;
   }
@@ -146,6 +150,8 @@ struct KernelTable {
       return attend_head_f16;
     else if constexpr (std::is_same_v<KV, bf16>)
       return attend_head_bf16;
+    else if constexpr (std::is_same_v<KV, BlockQ8_0>)
+      return attend_head_q8_0;
     else
       return attend_head_f32;
   }
@@ -154,20 +160,22 @@ struct KernelTable {
 }  // namespace hllm::kernels
 
 // quant_ns: where the integer-dot kernels come from (AVX-512 has a VNNI build beside it).
-#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                        \
-  KernelTable {                                                                                \
-    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul, \
-        &ns::rope, &ns::attend_head_f32, &ns::attend_head_f16, &ns::attend_head_bf16,          \
-        &ns::attend_group_f32, &ns::attend_group_f16, &ns::attend_group_bf16,                  \
-        &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,             \
-        &quant_ns::matmul_q4_k, &quant_ns::matmul_q5_k, &quant_ns::matmul_q6_k,                \
-        &ns::matmul_dequant<BlockQ8_0, kQK8_0>, &ns::matmul_dequant<BlockQ4_0, kQK4_0>,        \
-        &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,         \
-        &ns::matmul_dequant<BlockQ5_K, kQK_K>, &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr, \
-        &quant_ns::matmul_x8<BlockQ8_0>, &quant_ns::matmul_x8<BlockQ4_0>,                      \
-        &quant_ns::matmul_x8<BlockQ4_K>, &quant_ns::matmul_x8<BlockQ6_K>,                      \
-        &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>, &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>,    \
-        &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>, &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>       \
+#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                           \
+  KernelTable {                                                                                   \
+    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul,    \
+        &ns::rope, &ns::attend_head_rows<float>, &ns::attend_head_rows<f16>,                      \
+        &ns::attend_head_rows<bf16>, &ns::attend_head_rows<BlockQ8_0>,                            \
+        &ns::attend_group_rows<float>, &ns::attend_group_rows<f16>, &ns::attend_group_rows<bf16>, \
+        &ns::attend_group_rows<BlockQ8_0>, &ns::quantize_activations, &quant_ns::matmul_q8_0,     \
+        &quant_ns::matmul_q4_0, &quant_ns::matmul_q4_k, &quant_ns::matmul_q5_k,                   \
+        &quant_ns::matmul_q6_k, &ns::matmul_dequant<BlockQ8_0, kQK8_0>,                           \
+        &ns::matmul_dequant<BlockQ4_0, kQK4_0>, &ns::matmul_dequant<BlockQ4_1, kQK4_1>,           \
+        &ns::matmul_dequant<BlockQ4_K, kQK_K>, &ns::matmul_dequant<BlockQ5_K, kQK_K>,             \
+        &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr, &quant_ns::matmul_x8<BlockQ8_0>,          \
+        &quant_ns::matmul_x8<BlockQ4_0>, &quant_ns::matmul_x8<BlockQ4_K>,                         \
+        &quant_ns::matmul_x8<BlockQ6_K>, &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>,                \
+        &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>,        \
+        &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>                                                   \
   }
 
 #define HLLM_ISA_LEVEL 0

@@ -95,13 +95,32 @@ inline void exp_shifted(float* scores, std::size_t count, float max) {
   }
 }
 
+// Values [d, d + lanes) (or [d, d + n)) of a cached row as floats, equal to kv_value's. A lane
+// group never straddles a Q8_0 block: lanes divide 32 and rows are whole blocks.
+template <class KV>
+inline VecF32::Reg load_kv(const KV* row, std::size_t d) {
+  return VecF32::load(row + d);
+}
+template <class KV>
+inline VecF32::Reg load_kv(const KV* row, std::size_t d, std::size_t n) {
+  return VecF32::load(row + d, n);
+}
+inline VecF32::Reg load_kv(const BlockQ8_0* row, std::size_t d) {
+  const BlockQ8_0& block = row[d / kQK8_0];
+  return VecF32::mul(VecF32::set1(to_float(block.d)), VecF32::load(block.qs + d % kQK8_0));
+}
+inline VecF32::Reg load_kv(const BlockQ8_0* row, std::size_t d, std::size_t n) {
+  const BlockQ8_0& block = row[d / kQK8_0];
+  return VecF32::mul(VecF32::set1(to_float(block.d)), VecF32::load(block.qs + d % kQK8_0, n));
+}
+
 template <class KV>
 inline float dot_head(const float* q, const KV* k, std::size_t head_dim) {
   using V = VecF32;
   typename V::Reg acc = V::zero();
   std::size_t d = 0;
-  for (; d + V::lanes <= head_dim; d += V::lanes) acc = V::fma(V::load(q + d), V::load(k + d), acc);
-  if (d < head_dim) acc = V::fma(V::load(q + d, head_dim - d), V::load(k + d, head_dim - d), acc);
+  for (; d + V::lanes <= head_dim; d += V::lanes) acc = V::fma(V::load(q + d), load_kv(k, d), acc);
+  if (d < head_dim) acc = V::fma(V::load(q + d, head_dim - d), load_kv(k, d, head_dim - d), acc);
   return V::sum(acc);
 }
 
@@ -112,10 +131,10 @@ inline void scale_add_head(float* out, float scale, float p, const KV* v, std::s
   const typename V::Reg s = V::set1(scale), pv = V::set1(p);
   std::size_t d = 0;
   for (; d + V::lanes <= head_dim; d += V::lanes)
-    V::store(out + d, V::fma(pv, V::load(v + d), V::mul(V::load(out + d), s)));
+    V::store(out + d, V::fma(pv, load_kv(v, d), V::mul(V::load(out + d), s)));
   if (d < head_dim) {
     const std::size_t n = head_dim - d;
-    V::store(out + d, V::fma(pv, V::load(v + d, n), V::mul(V::load(out + d, n), s)), n);
+    V::store(out + d, V::fma(pv, load_kv(v, d, n), V::mul(V::load(out + d, n), s)), n);
   }
 }
 
@@ -133,7 +152,7 @@ inline void attend_head(const float* q, const KV* keys, const KV* values, std::s
     const std::size_t count = std::min(kTile, n_keys - start);
     float tile_max = -std::numeric_limits<float>::infinity();
     for (std::size_t j = 0; j < count; ++j) {
-      scores[j] = dot_head(q, keys + (start + j) * head_dim, head_dim) * scale;
+      scores[j] = dot_head(q, kv_row(keys, start + j, head_dim), head_dim) * scale;
       tile_max = std::max(tile_max, scores[j]);
     }
     const float new_max = std::max(running_max, tile_max);
@@ -144,7 +163,7 @@ inline void attend_head(const float* q, const KV* keys, const KV* values, std::s
       const float p = scores[j];
       running_sum += p;
       // The first key of a tile also applies the tile's rescale of the accumulator.
-      scale_add_head(out, correction, p, values + (start + j) * head_dim, head_dim);
+      scale_add_head(out, correction, p, kv_row(values, start + j, head_dim), head_dim);
       correction = 1.0f;
     }
     running_max = new_max;
@@ -181,7 +200,7 @@ inline void attend_group_tiles(const float* q, const KV* keys, const KV* values,
     for (std::size_t d0 = 0; d0 < head_dim; d0 += 16) {
       __m512 r[16];
       _Pragma("GCC unroll 16") for (std::size_t j = 0; j < 16; ++j) r[j] =
-          j < count ? VecF32::load(keys + (start + j) * head_dim + d0) : _mm512_setzero_ps();
+          j < count ? load_kv(kv_row(keys, start + j, head_dim), d0) : _mm512_setzero_ps();
       transpose16x16(r);
       _Pragma("GCC unroll 16") for (std::size_t k = 0; k < 16; ++k)
           _mm512_store_ps(key_columns + (d0 + k) * kKeys, r[k]);
@@ -211,7 +230,7 @@ inline void attend_group_tiles(const float* q, const KV* keys, const KV* values,
       _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) o[g] =
           _mm512_mul_ps(_mm512_loadu_ps(out + g * head_dim + d0), _mm512_set1_ps(correction[g]));
       for (std::size_t j = 0; j < count; ++j) {
-        const __m512 v = VecF32::load(values + (start + j) * head_dim + d0);
+        const __m512 v = load_kv(kv_row(values, start + j, head_dim), d0);
         _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) o[g] =
             _mm512_fmadd_ps(_mm512_set1_ps(p[g][j]), v, o[g]);
       }
@@ -247,30 +266,14 @@ inline void attend_group(const float* q, const KV* keys, const KV* values, std::
     attend_head(q + g * head_dim, keys, values, n_keys, head_dim, scale, out + g * head_dim);
 }
 
-inline void attend_group_f32(const float* q, const void* k, const void* v, std::size_t n,
-                             std::size_t d, std::size_t group, float scale, float* out) {
-  attend_group(q, static_cast<const float*>(k), static_cast<const float*>(v), n, d, group, scale,
-               out);
-}
-inline void attend_group_f16(const float* q, const void* k, const void* v, std::size_t n,
-                             std::size_t d, std::size_t group, float scale, float* out) {
-  attend_group(q, static_cast<const f16*>(k), static_cast<const f16*>(v), n, d, group, scale, out);
-}
-inline void attend_group_bf16(const float* q, const void* k, const void* v, std::size_t n,
+// The table's entries: the cache's element type erased (keys and values are KV rows).
+template <class KV>
+inline void attend_group_rows(const float* q, const void* k, const void* v, std::size_t n,
                               std::size_t d, std::size_t group, float scale, float* out) {
-  attend_group(q, static_cast<const bf16*>(k), static_cast<const bf16*>(v), n, d, group, scale,
-               out);
+  attend_group(q, static_cast<const KV*>(k), static_cast<const KV*>(v), n, d, group, scale, out);
 }
-
-inline void attend_head_f32(const float* q, const void* k, const void* v, std::size_t n,
-                            std::size_t d, float scale, float* out) {
-  attend_head(q, static_cast<const float*>(k), static_cast<const float*>(v), n, d, scale, out);
-}
-inline void attend_head_f16(const float* q, const void* k, const void* v, std::size_t n,
-                            std::size_t d, float scale, float* out) {
-  attend_head(q, static_cast<const f16*>(k), static_cast<const f16*>(v), n, d, scale, out);
-}
-inline void attend_head_bf16(const float* q, const void* k, const void* v, std::size_t n,
+template <class KV>
+inline void attend_head_rows(const float* q, const void* k, const void* v, std::size_t n,
                              std::size_t d, float scale, float* out) {
-  attend_head(q, static_cast<const bf16*>(k), static_cast<const bf16*>(v), n, d, scale, out);
+  attend_head(q, static_cast<const KV*>(k), static_cast<const KV*>(v), n, d, scale, out);
 }

@@ -14,6 +14,7 @@
 
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
+#include "hllm/core/kv_element.hpp"
 #include "hllm/core/quant_blocks.hpp"
 #include "hllm/core/weight_tensor.hpp"
 
@@ -262,9 +263,9 @@ void attend_head(const float* q, const KV* keys, const KV* values, std::size_t n
     const std::size_t count = std::min(kAttentionTile, n_keys - start);
     float tile_max = -std::numeric_limits<float>::infinity();
     for (std::size_t j = 0; j < count; ++j) {
-      const KV* k = keys + (start + j) * head_dim;
+      const KV* k = kv_row(keys, start + j, head_dim);
       float dot = 0.0f;
-      for (std::size_t d = 0; d < head_dim; ++d) dot += q[d] * to_float(k[d]);
+      for (std::size_t d = 0; d < head_dim; ++d) dot += q[d] * kv_value(k, d);
       scores[j] = dot * scale;
       tile_max = std::max(tile_max, scores[j]);
     }
@@ -276,8 +277,8 @@ void attend_head(const float* q, const KV* keys, const KV* values, std::size_t n
     for (std::size_t j = 0; j < count; ++j) {
       const float p = std::exp(scores[j] - new_max);
       running_sum += p;
-      const KV* v = values + (start + j) * head_dim;
-      for (std::size_t d = 0; d < head_dim; ++d) out[d] += p * to_float(v[d]);
+      const KV* v = kv_row(values, start + j, head_dim);
+      for (std::size_t d = 0; d < head_dim; ++d) out[d] += p * kv_value(v, d);
     }
     running_max = new_max;
   }

@@ -11,6 +11,7 @@
 
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
+#include "hllm/core/kv_element.hpp"
 #include "hllm/core/tensor.hpp"
 #include "hllm/model/config.hpp"
 
@@ -27,8 +28,7 @@ struct ModelSpec {
   static_assert(std::is_same_v<Weight, AnyWeight> || std::is_same_v<Weight, float> ||
                     std::is_same_v<Weight, f16> || std::is_same_v<Weight, bf16>,
                 "weight type must be AnyWeight, float, f16 or bf16");
-  static_assert(std::is_same_v<KV, float> || std::is_same_v<KV, f16> || std::is_same_v<KV, bf16>,
-                "KV cache type must be float, f16 or bf16");
+  static_assert(is_kv_element_v<KV>, "KV cache type must be float, f16, bf16 or BlockQ8_0");
   using weight_type = Weight;
   using kv_type = KV;
   using activation_type = float;  // activations are float32 between kernels

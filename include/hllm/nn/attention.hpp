@@ -76,8 +76,8 @@ class Attention {
     for (std::size_t h = head_begin; h < end;) {
       const std::size_t kv_head = h / group_;
       const std::size_t heads = std::min(end, (kv_head + 1) * group_) - h;
-      attend(q + h * d, cache.keys(layer, kv_head) + first * d,
-             cache.values(layer, kv_head) + first * d, n_keys, d, heads, scale_, out + h * d);
+      attend(q + h * d, cache.keys(layer, kv_head, first), cache.values(layer, kv_head, first),
+             n_keys, d, heads, scale_, out + h * d);
       h += heads;
     }
   }

@@ -1,7 +1,8 @@
 #pragma once
 // The key/value cache of one sequence: for every layer and KV head, `capacity` rows of head_dim
-// elements, contiguous, so attention scans one head's keys with unit stride. Storing at a
-// position at or past the capacity is an hllm::Error, never a write out of bounds.
+// values, contiguous, so attention scans one head's keys with unit stride. The element type is
+// float, f16, bf16 or BlockQ8_0 (core/kv_element.hpp: a Q8_0 row is head_dim / 32 blocks).
+// Storing at a position at or past the capacity is an hllm::Error, never a write out of bounds.
 
 #include <cstddef>
 #include <limits>
@@ -10,11 +11,14 @@
 #include "hllm/core/aligned_buffer.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
+#include "hllm/core/kv_element.hpp"
 
 namespace hllm {
 
 template <class KV = float>
 class KVCache {
+  static_assert(is_kv_element_v<KV>, "KV cache type must be float, f16, bf16 or BlockQ8_0");
+
  public:
   KVCache(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t capacity)
       : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity) {
@@ -23,9 +27,14 @@ class KVCache {
                   "KV cache dimensions must be positive (layers " + std::to_string(n_layers) +
                       ", kv heads " + std::to_string(n_kv_heads) + ", head dim " +
                       std::to_string(head_dim) + ", capacity " + std::to_string(capacity) + ")");
+    if (head_dim % kv_values_per_element<KV> != 0)
+      throw Error(ErrorKind::unsupported,
+                  "a Q8_0 KV cache needs head_dim to be a multiple of 32 (head dim " +
+                      std::to_string(head_dim) + ")");
     // Overflow-checked: the product of four caller-chosen sizes must not wrap to a small buffer.
     std::size_t elements = 1;
-    for (const std::size_t factor : {n_layers, n_kv_heads, capacity, head_dim}) {
+    for (const std::size_t factor :
+         {n_layers, n_kv_heads, capacity, kv_row_elements<KV>(head_dim)}) {
       if (factor > std::numeric_limits<std::size_t>::max() / 2 / sizeof(KV) / elements)
         throw Error(ErrorKind::capacity, "KV cache of " + std::to_string(capacity) +
                                              " tokens: its size overflows the address space");
@@ -57,21 +66,19 @@ class KVCache {
                                                " >= layer count " + std::to_string(n_layers_));
     check_room(position, 1);
     for (std::size_t h = 0; h < n_kv_heads_; ++h) {
-      KV* key_row = keys_.data() + offset(layer, h, position);
-      KV* value_row = values_.data() + offset(layer, h, position);
-      for (std::size_t d = 0; d < head_dim_; ++d) {
-        key_row[d] = from_float<KV>(k[h * head_dim_ + d]);
-        value_row[d] = from_float<KV>(v[h * head_dim_ + d]);
-      }
+      store_kv_row(k + h * head_dim_, head_dim_, keys_.data() + offset(layer, h, position));
+      store_kv_row(v + h * head_dim_, head_dim_, values_.data() + offset(layer, h, position));
     }
   }
 
-  // [capacity][head_dim] keys (values) of one KV head of one layer.
-  const KV* keys(std::size_t layer, std::size_t kv_head) const noexcept {
-    return keys_.data() + offset(layer, kv_head, 0);
+  // [capacity - position][head_dim] keys (values) of one KV head of one layer, from `position`
+  // on (row j of them: kv_row(keys(...), j, head_dim)).
+  const KV* keys(std::size_t layer, std::size_t kv_head, std::size_t position = 0) const noexcept {
+    return keys_.data() + offset(layer, kv_head, position);
   }
-  const KV* values(std::size_t layer, std::size_t kv_head) const noexcept {
-    return values_.data() + offset(layer, kv_head, 0);
+  const KV* values(std::size_t layer, std::size_t kv_head,
+                   std::size_t position = 0) const noexcept {
+    return values_.data() + offset(layer, kv_head, position);
   }
 
   // Throws unless `count` more tokens fit after `position`.
@@ -99,7 +106,8 @@ class KVCache {
 
  private:
   std::size_t offset(std::size_t layer, std::size_t kv_head, std::size_t position) const noexcept {
-    return ((layer * n_kv_heads_ + kv_head) * capacity_ + position) * head_dim_;
+    return ((layer * n_kv_heads_ + kv_head) * capacity_ + position) *
+           kv_row_elements<KV>(head_dim_);
   }
 
   std::size_t n_layers_, n_kv_heads_, head_dim_, capacity_;

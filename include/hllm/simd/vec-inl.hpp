@@ -54,6 +54,13 @@ struct VecF32 {
   static Reg load(const bf16* p, std::size_t n) {
     return widen_bf16(_mm256_maskz_loadu_epi16(mask(n), p));
   }
+  static Reg load(const std::int8_t* p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static Reg load(const std::int8_t* p, std::size_t n) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask(n), p)));
+  }
   static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   static void store(float* p, Reg v, std::size_t n) { _mm512_mask_storeu_ps(p, mask(n), v); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
@@ -117,6 +124,15 @@ struct VecF32 {
     return widen_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static Reg load(const bf16* p, std::size_t n) { return widen_bf16(load_half_tail(p, n)); }
+  static Reg load(const std::int8_t* p) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static Reg load(const std::int8_t* p, std::size_t n) {
+    std::int64_t tail = 0;
+    std::memcpy(&tail, p, n);
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(tail)));
+  }
   static void store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
   static void store(float* p, Reg v, std::size_t n) { _mm256_maskstore_ps(p, mask(n), v); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
@@ -157,11 +173,14 @@ struct VecF32 {
   static Reg set1(float v) { return v; }
   template <class T>
   static Reg load(const T* p) {
-    return to_float(*p);
+    if constexpr (std::is_integral_v<T>)
+      return static_cast<float>(*p);
+    else
+      return to_float(*p);
   }
   template <class T>
   static Reg load(const T* p, std::size_t n) {
-    return n ? to_float(*p) : 0.0f;
+    return n ? load(p) : 0.0f;
   }
   static void store(float* p, Reg v) { *p = v; }
   static void store(float* p, Reg v, std::size_t n) {

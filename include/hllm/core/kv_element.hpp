@@ -1,0 +1,58 @@
+#pragma once
+// The element types a KV cache may hold, and how one cached row (the head_dim keys or values of
+// one token and one KV head) is laid out in each. float, f16 and bf16 hold one value per
+// element. BlockQ8_0 holds 32 values per element (ggml's Q8_0 block: an f16 scale and 32
+// int8), so a row of head_dim values is head_dim / 32 blocks: 8.5 bits per value, 47% of f16's
+// bytes, which is what long contexts make the cache's reads cost in decode.
+
+#include <cstddef>
+#include <type_traits>
+
+#include "hllm/core/half.hpp"
+#include "hllm/core/quant_blocks.hpp"
+
+namespace hllm {
+
+template <class KV>
+inline constexpr bool is_kv_element_v = std::is_same_v<KV, float> || std::is_same_v<KV, f16> ||
+                                        std::is_same_v<KV, bf16> || std::is_same_v<KV, BlockQ8_0>;
+
+// Values one element holds.
+template <class KV>
+inline constexpr std::size_t kv_values_per_element = std::is_same_v<KV, BlockQ8_0> ? kQK8_0 : 1;
+
+// Elements of one row of head_dim values (head_dim is a multiple of kv_values_per_element: the
+// cache checks it).
+template <class KV>
+constexpr std::size_t kv_row_elements(std::size_t head_dim) noexcept {
+  return head_dim / kv_values_per_element<KV>;
+}
+
+// Row j of consecutive cached rows.   rows: [n][head_dim] values
+template <class KV>
+constexpr const KV* kv_row(const KV* rows, std::size_t j, std::size_t head_dim) noexcept {
+  return rows + j * kv_row_elements<KV>(head_dim);
+}
+
+// Value d of a row as float: what every attention kernel's reading of the cache must equal.
+template <class KV>
+constexpr float kv_value(const KV* row, std::size_t d) noexcept {
+  return to_float(row[d]);
+}
+inline float kv_value(const BlockQ8_0* row, std::size_t d) noexcept {
+  const BlockQ8_0& block = row[d / kQK8_0];
+  return to_float(block.d) * static_cast<float>(block.qs[d % kQK8_0]);
+}
+
+// Writes head_dim values as one row: rounded to nearest for f16/bf16, quantized per 32 values
+// (ggml's reference Q8_0 rounding) for BlockQ8_0.   x: [head_dim]
+template <class KV>
+void store_kv_row(const float* x, std::size_t head_dim, KV* row) noexcept {
+  if constexpr (std::is_same_v<KV, BlockQ8_0>) {
+    for (std::size_t b = 0; b < head_dim / kQK8_0; ++b) quantize_block_q8_0(x + b * kQK8_0, row[b]);
+  } else {
+    for (std::size_t d = 0; d < head_dim; ++d) row[d] = from_float<KV>(x[d]);
+  }
+}
+
+}  // namespace hllm
