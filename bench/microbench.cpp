@@ -160,6 +160,37 @@ BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k_x8>)->Apply(quant_matmul_shapes);
 
+// The exact path for quantized weights (float32 activations, no activation rounding): what the
+// output projection runs on. Decode shapes only, file layouts. Counters as above.
+template <hllm::DType kType>
+void BM_ExactQuantMatmul(benchmark::State& state) {
+  MatmulShape shape;
+  if (!matmul_shape(state, shape)) return;
+  const auto [isa, rows, cols, n] = shape;
+  const auto w = kType == hllm::DType::q6_k
+                     ? random_k_quant(kType, rows * cols)
+                     : hllm::quant::quantize(kType, random_floats(rows * cols, 1));
+  const auto x = random_floats(n * cols, 2);
+  std::vector<float> y(n * rows);
+  const auto fn = hllm::kernels::table_for(isa).dequant_matmul_for(kType);
+  for (auto _ : state) {
+    fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(hllm::to_string(isa));
+  const double iterations = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(w.size())));
+  state.counters["FLOP/s"] =
+      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
+}
+void exact_quant_matmul_shapes(benchmark::internal::Benchmark* b) {
+  for (int isa : {1, 2})
+    for (auto [rows, cols] : {std::pair{5632, 2048}, {32000, 2048}}) b->Args({isa, rows, cols, 1});
+  b->ArgNames({"isa", "rows", "cols", "n"})->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_ExactQuantMatmul<hllm::DType::q8_0>)->Apply(exact_quant_matmul_shapes);
+BENCHMARK(BM_ExactQuantMatmul<hllm::DType::q6_k>)->Apply(exact_quant_matmul_shapes);
+
 // 8-bit activation quantization of one 2048-wide token (the per-matmul step before the
 // integer kernels); reports the float bytes read per second.
 void BM_QuantizeActivations(benchmark::State& state) {

@@ -299,6 +299,124 @@ inline void dequant_rows(const Block* w, std::size_t rows, std::size_t cols, con
   }
 }
 
+#if HLLM_ISA_LEVEL == 2
+// One row of the exact path for one token, with each block dequantized in registers instead of
+// through a buffer: the same values as dequantize_for_dot (d·q, and (q − 32)·(d·scale) for
+// Q6_K, each rounded once), summed in a different order. Several accumulators, so the FMA
+// chains overlap. The output projection runs here (32000 rows of Q6_K in Q4_0/Q4_K_M files,
+// Q8_0 in Q8_0 files); the buffered loop was bound by its one FMA chain and, for Q6_K, by the
+// per-slice unpacking.   row: [blocks] blocks, x: [blocks · block elements]
+// block(b): block b of the row (a reference into the file layout, or a copy read back from an
+// interleaved group: both layouts sum in the same order, so they agree bit for bit).
+template <class RowBlocks>
+inline float dot_row_exact_q8_0(RowBlocks&& block, std::size_t blocks, const float* x) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const auto& q8 = block(b);
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(q8.d.bits));
+    const __m128i* qs = reinterpret_cast<const __m128i*>(q8.qs);
+    const __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(qs)));
+    const __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(qs + 1)));
+    a0 = _mm512_fmadd_ps(_mm512_mul_ps(w0, d), _mm512_loadu_ps(x + b * kQK8_0), a0);
+    a1 = _mm512_fmadd_ps(_mm512_mul_ps(w1, d), _mm512_loadu_ps(x + b * kQK8_0 + 16), a1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+// Q6_K with no shuffles in the loop (they, not the FMAs, bound the straightforward unpacking):
+// each 32-bit lane of ql holds 4 consecutive values' nibbles, so lane shifts and masks give 16
+// values 4 apart at a time, and the activations are read in that order (x_q6k_order, once per
+// call). The 6-bit value is assembled below 2^23's mantissa bits (0x4B000000 | q is the float
+// 2^23 + q), so one subtraction yields q − 32 as a float, exactly.
+//   xp: [blocks · 256] activations in x_q6k_order; block(b) as for Q8_0
+template <class RowBlocks>
+inline float dot_row_exact_q6_k(RowBlocks&& block_of, std::size_t blocks, const float* xp) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+  const __m512i nibble = _mm512_set1_epi32(0x0f), two_bits = _mm512_set1_epi32(0x30),
+                exponent = _mm512_set1_epi32(0x4B000000);
+  const __m512 bias = _mm512_set1_ps(8388608.0f + 32.0f);
+  // Lanes 0-7 of a register read qh's bit pair 0 (low nibbles) or 2 (high), lanes 8-15 pair 1
+  // or 3: the shift that brings value k's pair (at bit 8k + 2·pair) to bits 4-5.
+  const __m512i pair_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(2), 1);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const auto& block = block_of(b);
+    const __m512 scales = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                            reinterpret_cast<const __m128i*>(block.scales)))),
+                                        _mm512_set1_ps(_cvtsh_ss(block.d.bits)));
+    const float* xb = xp + b * kQK_K;
+    _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(block.ql + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.qh + 32 * h)));
+      _Pragma("GCC unroll 2") for (std::size_t part = 0; part < 2; ++part) {
+        // Lane i covers values 4i..4i+3 of this 64: scale group 8h + 4·part + i/4.
+        const __m512 scale = _mm512_permutexvar_ps(
+            _mm512_add_epi32(
+                _mm512_srli_epi32(
+                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2),
+                _mm512_set1_epi32(static_cast<int>(8 * h + 4 * part))),
+            scales);
+        const __m512i pair = _mm512_add_epi32(pair_shift, _mm512_set1_epi32(4 * int(part)));
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; ++k) {
+          const __m512i low = _mm512_srli_epi32(ql, 8 * k + 4 * int(part));
+          // qh's pair for value k sits at bit 8k + pair; move it to bits 4-5.
+          const __m512i shift = _mm512_add_epi32(pair, _mm512_set1_epi32(8 * k - 4));
+          const __m512i high =
+              k == 0 && part == 0
+                  ? _mm512_sllv_epi32(qh, _mm512_sub_epi32(_mm512_set1_epi32(4), pair))
+                  : _mm512_srlv_epi32(qh, shift);
+          // (high & 0x30) | 0x4B000000, then the nibble's bits from `low`.
+          const __m512i upper = _mm512_ternarylogic_epi32(high, two_bits, exponent, 0xEA);
+          const __m512i q = _mm512_ternarylogic_epi32(nibble, low, upper, 0xCA);
+          const __m512 w = _mm512_mul_ps(_mm512_sub_ps(_mm512_castsi512_ps(q), bias), scale);
+          acc[k] = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb + 128 * h + 64 * part + 16 * k), acc[k]);
+        }
+      }
+    }
+  }
+  return _mm512_reduce_add_ps(
+      _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+// x in the order dot_row_exact_q6_k reads it: within each 64 values, value 4i + k goes to
+// 16k + i.   x, xp: [n], n a multiple of 64
+inline void x_q6k_order(const float* x, std::size_t n, float* xp) {
+  for (std::size_t base = 0; base < n; base += 64)
+    for (std::size_t i = 0; i < 16; ++i)
+      for (std::size_t k = 0; k < 4; ++k) xp[base + 16 * k + i] = x[base + 4 * i + k];
+}
+#endif
+
+// The exact path for one token (decode): Q8_0 and Q6_K rows (either layout) through the
+// register-dequantizing dot products above on AVX-512, everything else through the buffered
+// loop.
+template <class Block, std::size_t kElements>
+inline void dequant_rows_decode(const Block* w, std::size_t rows, std::size_t cols, const float* x,
+                                float* y, std::size_t row_begin, std::size_t row_end) {
+#if HLLM_ISA_LEVEL == 2
+  const std::size_t blocks = cols / kElements;
+  using Stored = std::remove_cvref_t<decltype(block_at(w, blocks, 0, 0))>;  // the file's block
+  if constexpr (std::is_same_v<Stored, BlockQ8_0>) {
+    for (std::size_t r = row_begin; r < row_end; ++r)
+      y[r] = dot_row_exact_q8_0(
+          [&](std::size_t b) -> decltype(auto) { return block_at(w, blocks, r, b); }, blocks, x);
+    return;
+  } else if constexpr (std::is_same_v<Stored, BlockQ6_K>) {
+    constexpr std::size_t kMaxCols = 16384;  // 64 KiB of stack; wider rows take the loop below
+    if (cols <= kMaxCols) {
+      alignas(64) float xp[kMaxCols];
+      x_q6k_order(x, cols, xp);
+      for (std::size_t r = row_begin; r < row_end; ++r)
+        y[r] = dot_row_exact_q6_k(
+            [&](std::size_t b) -> decltype(auto) { return block_at(w, blocks, r, b); }, blocks, xp);
+      return;
+    }
+  }
+#endif
+  dequant_rows<1, Block, kElements>(w, rows, cols, x, y, row_begin, row_end);
+}
+
 template <class Block, std::size_t kElements>
 inline void matmul_dequant(const void* weights, std::size_t rows, std::size_t cols, const float* x,
                            std::size_t n_tokens, float* y, std::size_t row_begin,
@@ -319,8 +437,8 @@ inline void matmul_dequant(const void* weights, std::size_t rows, std::size_t co
                                         row_end);
       break;
     case 1:
-      dequant_rows<1, Block, kElements>(w, rows, cols, x + t * cols, y + t * rows, row_begin,
-                                        row_end);
+      dequant_rows_decode<Block, kElements>(w, rows, cols, x + t * cols, y + t * rows, row_begin,
+                                            row_end);
       break;
     default: break;
   }
