@@ -77,6 +77,21 @@ constexpr DType file_type_of(DType type) noexcept {
   }
 }
 
+// Whether a quantized type keeps at most 6 bits per weight, so its own rounding is at least as
+// coarse as that of 8-bit activations: a product with such weights may take 8-bit activations
+// without moving the result by more than the weights already do. Llama::forward decides the
+// output projection's path with it (and repack_weights which output to interleave).
+constexpr bool is_at_most_6_bit(DType type) noexcept {
+  switch (file_type_of(type)) {
+    case DType::q4_0:
+    case DType::q4_1:
+    case DType::q4_k:
+    case DType::q5_k:
+    case DType::q6_k: return true;
+    default: return false;
+  }
+}
+
 // The type named `name` in either case ("q8_0" or "Q8_0"); throws for an unknown name.
 inline DType parse_dtype(std::string_view name) {
   for (DType t : {DType::f32, DType::f16, DType::bf16, DType::q4_0, DType::q4_1, DType::q8_0,

@@ -4,9 +4,11 @@
 // each weight once per token, and with the file's layout a kernel either streams one row at a time
 // (and redoes the activation and scale work per row) or reads 8 rows' streams at once (which
 // measured at half the read bandwidth here); the interleaved layout gives one sequential stream per
-// 8 rows. Neither the token embedding (read a row at a time) nor the output projection (which runs
-// on the exact, dequantizing path: Llama::forward) is interleaved; the output and the projections
-// of other types may be moved as they are into the same huge-page buffer (RepackPlan::move_all).
+// 8 rows. The token embedding (read a row at a time) is never interleaved, and the output
+// projection only where it runs on the 8-bit-activation kernels (at most 6-bit weights, e.g. the
+// Q6_K output of Q4_0 and Q4_K_M files; Llama::forward); an output on the exact path and the
+// projections of other types may be moved as they are into the same huge-page buffer
+// (RepackPlan::move_all).
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -117,13 +119,14 @@ inline bool huge_pages_available() {
 // What repack_weights does to the projection weights (the blocks' attention and feed-forward
 // matrices and an untied output matrix; never the embedding).
 struct RepackPlan {
-  bool interleave = false;  // the blocks' Q4_0/Q8_0/Q4_K/Q6_K matrices become *_X8
+  bool interleave = false;  // Q4_0/Q8_0/Q4_K/Q6_K matrices become *_X8 (the output: see above)
   bool move_all = false;    // every other projection is copied over as it is, for the huge pages
 };
 
 // Moves the projection weights that `plan` names into one new huge-page buffer (which
-// weights.repacked_storage then owns) and points the views at it. The output projection keeps
-// its type: it runs on the exact, dequantizing path (Llama::forward). release_source: the
+// weights.repacked_storage then owns) and points the views at it. An output projection of Q8_0
+// or a float type keeps its layout: it runs on the exact, dequantizing path (Llama::forward),
+// which reads rows one at a time. release_source: the
 // source bytes are this process's private file mapping, whose pages are dropped tensor by
 // tensor (see detail::release_mapped_pages), so the peak resident size grows by about one
 // tensor, not by the total.
@@ -141,7 +144,7 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
     for (WeightTensor* w : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.ffn.gate,
                             &layer.ffn.up, &layer.ffn.down})
       consider(*w, true);
-  consider(weights.output, false);
+  consider(weights.output, is_at_most_6_bit(weights.output.type));
   if (targets.empty()) return;
 
   // Bytes of a target in its new type (a repacked Q4_K is 148/144 of the file's).
