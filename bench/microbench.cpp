@@ -85,6 +85,35 @@ BENCHMARK(BM_Matmul<float>)->Apply(matmul_shapes);
 BENCHMARK(BM_Matmul<hllm::f16>)->Apply(matmul_shapes);
 BENCHMARK(BM_Matmul<hllm::bf16>)->Apply(matmul_shapes);
 
+// BF16 weights on the fast path: activations rounded to bf16, vdpbf16ps (where the CPU has
+// AVX512-BF16; what a non-exact session runs). Prefill shapes.
+void BM_MatmulBf16Dot(benchmark::State& state) {
+  const auto fn = hllm::kernels::active().matmul_bf16_dot;
+  if (fn == nullptr) {
+    state.SkipWithError("no AVX512-BF16 on this CPU");
+    return;
+  }
+  const auto rows = static_cast<std::size_t>(state.range(0)),
+             cols = static_cast<std::size_t>(state.range(1)),
+             n = static_cast<std::size_t>(state.range(2));
+  const auto w = convert<hllm::bf16>(random_floats(rows * cols, 1));
+  const auto x = random_floats(n * cols, 2);
+  std::vector<float> y(n * rows);
+  for (auto _ : state) {
+    fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * double(rows * cols * n),
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_MatmulBf16Dot)
+    ->Args({2048, 2048, 512})
+    ->Args({5632, 2048, 512})
+    ->Args({2048, 5632, 512})
+    ->ArgNames({"rows", "cols", "n"})
+    ->Unit(benchmark::kMillisecond);
+
 // The same for quantized weights through the integer kernels (8-bit activations, quantized
 // once outside the timed loop; BM_QuantizeActivations times that step). Args: isa (1 avx2,
 // 2 avx512 with VNNI where the CPU has it), rows, cols, n_tokens. Counters as BM_Matmul:
