@@ -491,8 +491,8 @@ TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
 // The AVX512-BF16 kernel rounds activations to bf16 (8 significant bits: |x − bf16(x)| <=
 // 2^-8·|x|), so against the exact product it may differ by Σ|w·x|·2^-8 on top of the float
 // summation bound. Exercised at prefill and decode sizes, odd column counts (a half-filled last
-// pair), ragged rows, row ranges of an odd number of 16-row groups (the kernel takes them two at
-// a time) and every chunk boundary.
+// pair), ragged rows, row ranges of an odd number of 16-row groups (the kernel's tiles take two
+// at a time) and every chunk boundary.
 TEST(KernelAvx512Bf16, DotMatchesReferenceWithinActivationRounding) {
   if (!hllm::cpu_supports(Isa::avx512) ||
       hllm::kernels::table_for(Isa::avx512).matmul_bf16_dot == nullptr)

@@ -60,32 +60,33 @@ inline void pack_float_pairs(const float* src, std::size_t stride, std::size_t v
   }
 }
 
-// y[j][0..32) (+)= [panel0; panel1] · x[j] over `pairs` column pairs for the `count` <= 8
-// tokens x[first .. first + count) of one token-panel group: two weight rows of 16 per token
-// broadcast, so a vdpbf16ps needs 0.6 loads, not 1.06 as with one panel and 16 tokens.
-inline void bf16_panel_tile(const std::uint32_t* panel0, const std::uint32_t* panel1,
-                            const std::uint32_t* xgroup, std::size_t first, std::size_t pairs,
-                            std::size_t count, float* y, std::size_t y_stride, bool accumulate) {
-  __m512 acc[2][8];
-  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < 8; ++j) {
-    acc[0][j] = accumulate && j < count ? _mm512_loadu_ps(y + j * y_stride) : _mm512_setzero_ps();
-    acc[1][j] =
-        accumulate && j < count ? _mm512_loadu_ps(y + j * y_stride + 16) : _mm512_setzero_ps();
-  }
+// y[j][0..16·kPanels) (+)= [panel 0; panel 1] · x[j] over `pairs` column pairs for the
+// `count` <= 8 tokens x[first .. first + count) of one token-panel group: with two panels a
+// vdpbf16ps needs 0.6 loads, not 1.06 as with one panel and 16 tokens; one panel takes the odd
+// group at the end of a row range, every output summed in the same order either way.
+template <std::size_t kPanels>
+inline void bf16_panel_tile(const std::uint32_t* const* panels, const std::uint32_t* xgroup,
+                            std::size_t first, std::size_t pairs, std::size_t count, float* y,
+                            std::size_t y_stride, bool accumulate) {
+  __m512 acc[kPanels][8];
+  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < 8; ++j)
+      _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p) acc[p][j] =
+          accumulate && j < count ? _mm512_loadu_ps(y + j * y_stride + 16 * p)
+                                  : _mm512_setzero_ps();
   for (std::size_t k = 0; k < pairs; ++k) {
-    const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_load_si512(panel0 + k * 16));
-    const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_load_si512(panel1 + k * 16));
+    __m512bh w[kPanels];
+    _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p) w[p] =
+        reinterpret_cast<__m512bh>(_mm512_load_si512(panels[p] + k * 16));
     _Pragma("GCC unroll 8") for (std::size_t j = 0; j < 8; ++j) {
       const __m512bh xj = reinterpret_cast<__m512bh>(
           _mm512_set1_epi32(static_cast<int>(xgroup[k * 16 + first + j])));
-      acc[0][j] = _mm512_dpbf16_ps(acc[0][j], w0, xj);
-      acc[1][j] = _mm512_dpbf16_ps(acc[1][j], w1, xj);
+      _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p) acc[p][j] =
+          _mm512_dpbf16_ps(acc[p][j], w[p], xj);
     }
   }
-  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < 8; ++j) if (j < count) {
-    _mm512_storeu_ps(y + j * y_stride, acc[0][j]);
-    _mm512_storeu_ps(y + j * y_stride + 16, acc[1][j]);
-  }
+  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < 8; ++j) if (j < count)
+      _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p)
+          _mm512_storeu_ps(y + j * y_stride + 16 * p, acc[p][j]);
 }
 
 // y[t][r] for rows [row_begin, row_end) of bf16 w: [rows][cols], x: [n_tokens][cols] floats.
@@ -100,7 +101,6 @@ inline void matmul_bf16_dot(const void* weights, std::size_t rows, std::size_t c
   thread_local AlignedBuffer<std::uint32_t> xpanel;
   if (xpanel.size() < kBf16TokenChunk * kBf16PanelPairs)
     xpanel = AlignedBuffer<std::uint32_t>(kBf16TokenChunk * kBf16PanelPairs);
-  const std::size_t pairs_of_groups = groups / 2;
   for (std::size_t t0 = 0; t0 < n_tokens; t0 += kBf16TokenChunk) {
     const std::size_t chunk = std::min(kBf16TokenChunk, n_tokens - t0);
     for (std::size_t c0 = 0; c0 < cols; c0 += 2 * kBf16PanelPairs) {
@@ -109,24 +109,29 @@ inline void matmul_bf16_dot(const void* weights, std::size_t rows, std::size_t c
       for (std::size_t t = 0; t < chunk; t += 16)
         pack_float_pairs(x + (t0 + t) * cols + c0, cols, std::min<std::size_t>(16, chunk - t),
                          width, pairs, xpanel.data() + t * pairs);
-      for (std::size_t g = 0; g < pairs_of_groups; ++g) {
-        const std::size_t r = row_begin + g * 32;
-        pack_bf16_pairs(w + r * cols + c0, cols, 16, width, pairs, panel[0]);
-        pack_bf16_pairs(w + (r + 16) * cols + c0, cols, 16, width, pairs, panel[1]);
+      for (std::size_t g = 0; g < groups; g += 2) {
+        const std::size_t r = row_begin + g * 16, panels = std::min<std::size_t>(2, groups - g);
+        for (std::size_t p = 0; p < panels; ++p)
+          pack_bf16_pairs(w + (r + 16 * p) * cols + c0, cols, 16, width, pairs, panel[p]);
+        const std::uint32_t* const panel_of[2] = {panel[0], panel[1]};
         for (std::size_t t = 0; t < chunk; t += 8) {
-          // The next tile's outputs, which it reloads (rows floats apart: the tile's 2048
-          // vdpbf16ps hide the misses that would otherwise stall its start).
-          for (std::size_t j = t + 8; j < std::min(t + 16, chunk); ++j) {
-            _mm_prefetch(reinterpret_cast<const char*>(y + (t0 + j) * rows + r), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(y + (t0 + j) * rows + r + 16), _MM_HINT_T0);
-          }
-          bf16_panel_tile(panel[0], panel[1], xpanel.data() + (t / 16 * 16) * pairs, t % 16, pairs,
-                          std::min<std::size_t>(8, chunk - t), y + (t0 + t) * rows + r, rows,
-                          c0 > 0);
+          // The next tile's outputs, which it reloads from rows floats apart: prefetched, the
+          // misses hide behind this tile's vdpbf16ps.
+          for (std::size_t j = t + 8; j < std::min(t + 16, chunk); ++j)
+            for (std::size_t p = 0; p < panels; ++p)
+              _mm_prefetch(reinterpret_cast<const char*>(y + (t0 + j) * rows + r + 16 * p),
+                           _MM_HINT_T0);
+          const std::uint32_t* xgroup = xpanel.data() + (t / 16 * 16) * pairs;
+          const std::size_t count = std::min<std::size_t>(8, chunk - t);
+          float* out = y + (t0 + t) * rows + r;
+          if (panels == 2)
+            bf16_panel_tile<2>(panel_of, xgroup, t % 16, pairs, count, out, rows, c0 > 0);
+          else
+            bf16_panel_tile<1>(panel_of, xgroup, t % 16, pairs, count, out, rows, c0 > 0);
         }
       }
     }
   }
-  const std::size_t done = row_begin + pairs_of_groups * 32;
+  const std::size_t done = row_begin + groups * 16;
   if (done < row_end) avx512::matmul_bf16(weights, rows, cols, x, n_tokens, y, done, row_end);
 }

@@ -99,20 +99,33 @@ inline void pack_columns(const T* src, std::size_t stride, std::size_t valid_row
   }
 }
 
-// y[j][0..16) (+)= panel · x[j][0..n) for the `count` <= 16 tokens of one xpanel group.
+// y[j][0..16·kPanels) (+)= [panel 0; panel 1] · x[j][0..n) for the `count` <= 8 tokens
+// x[first .. first + count) of one xpanel group: with two panels each broadcast feeds two FMAs
+// (one load per 1.6 FMAs instead of one per FMA with one panel and 16 tokens); one panel takes
+// the odd group at the end of a row range, every output summed in the same order either way.
 // accumulate: add to y (a later column chunk continues the sum in the same order).
-inline void float_panel_tile(const float* panel, const float* xgroup, std::size_t n,
-                             std::size_t count, float* y, std::size_t y_stride, bool accumulate) {
-  __m512 acc[16];
-  _Pragma("GCC unroll 16") for (std::size_t j = 0; j < 16; ++j) acc[j] =
-      accumulate && j < count ? _mm512_loadu_ps(y + j * y_stride) : _mm512_setzero_ps();
+template <std::size_t kPanels>
+inline void float_panel_tile(const float* const* panels, const float* xgroup, std::size_t first,
+                             std::size_t n, std::size_t count, float* y, std::size_t y_stride,
+                             bool accumulate) {
+  __m512 acc[kPanels][8];
+  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < 8; ++j)
+      _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p) acc[p][j] =
+          accumulate && j < count ? _mm512_loadu_ps(y + j * y_stride + 16 * p)
+                                  : _mm512_setzero_ps();
   for (std::size_t c = 0; c < n; ++c) {
-    const __m512 wv = _mm512_load_ps(panel + c * kFloatPanelRows);
-    _Pragma("GCC unroll 16") for (std::size_t j = 0; j < 16; ++j) acc[j] =
-        _mm512_fmadd_ps(wv, _mm512_set1_ps(xgroup[c * 16 + j]), acc[j]);
+    __m512 w[kPanels];
+    _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p) w[p] =
+        _mm512_load_ps(panels[p] + c * kFloatPanelRows);
+    _Pragma("GCC unroll 8") for (std::size_t j = 0; j < 8; ++j) {
+      const __m512 xj = _mm512_set1_ps(xgroup[c * 16 + first + j]);
+      _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p) acc[p][j] =
+          _mm512_fmadd_ps(w[p], xj, acc[p][j]);
+    }
   }
-  _Pragma("GCC unroll 16") for (std::size_t j = 0; j < 16; ++j) if (j < count)
-      _mm512_storeu_ps(y + j * y_stride, acc[j]);
+  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < 8; ++j) if (j < count)
+      _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p)
+          _mm512_storeu_ps(y + j * y_stride + 16 * p, acc[p][j]);
 }
 
 // Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows]. The token panel lives in a
@@ -121,7 +134,7 @@ template <class W>
 inline void gemm_float_packed(const W* w, std::size_t rows, std::size_t cols, const float* x,
                               std::size_t n_tokens, float* y, std::size_t row_begin,
                               std::size_t groups) {
-  alignas(64) float panel[kFloatPanelCols * kFloatPanelRows];
+  alignas(64) float panel[2][kFloatPanelCols * kFloatPanelRows];
   thread_local AlignedBuffer<float> xpanel;
   if (xpanel.size() < kFloatTokenChunk * kFloatPanelCols)
     xpanel = AlignedBuffer<float>(kFloatTokenChunk * kFloatPanelCols);
@@ -132,12 +145,27 @@ inline void gemm_float_packed(const W* w, std::size_t rows, std::size_t cols, co
       for (std::size_t t = 0; t < chunk; t += 16)
         pack_columns(x + (t0 + t) * cols + c0, cols, std::min<std::size_t>(16, chunk - t), n,
                      xpanel.data() + t * n);
-      for (std::size_t g = 0; g < groups; ++g) {
-        const std::size_t r = row_begin + g * kFloatPanelRows;
-        pack_columns(w + r * cols + c0, cols, kFloatPanelRows, n, panel);
-        for (std::size_t t = 0; t < chunk; t += 16)
-          float_panel_tile(panel, xpanel.data() + t * n, n, std::min<std::size_t>(16, chunk - t),
-                           y + (t0 + t) * rows + r, rows, c0 > 0);
+      for (std::size_t g = 0; g < groups; g += 2) {
+        const std::size_t r = row_begin + g * kFloatPanelRows,
+                          panels = std::min<std::size_t>(2, groups - g);
+        for (std::size_t p = 0; p < panels; ++p)
+          pack_columns(w + (r + 16 * p) * cols + c0, cols, kFloatPanelRows, n, panel[p]);
+        const float* const panel_of[2] = {panel[0], panel[1]};
+        for (std::size_t t = 0; t < chunk; t += 8) {
+          // The next tile's outputs, which it reloads from rows floats apart: prefetched, the
+          // misses hide behind this tile's FMAs.
+          for (std::size_t j = t + 8; j < std::min(t + 16, chunk); ++j)
+            for (std::size_t p = 0; p < panels; ++p)
+              _mm_prefetch(reinterpret_cast<const char*>(y + (t0 + j) * rows + r + 16 * p),
+                           _MM_HINT_T0);
+          const float* xgroup = xpanel.data() + (t / 16 * 16) * n;
+          const std::size_t count = std::min<std::size_t>(8, chunk - t);
+          float* out = y + (t0 + t) * rows + r;
+          if (panels == 2)
+            float_panel_tile<2>(panel_of, xgroup, t % 16, n, count, out, rows, c0 > 0);
+          else
+            float_panel_tile<1>(panel_of, xgroup, t % 16, n, count, out, rows, c0 > 0);
+        }
       }
     }
   }
