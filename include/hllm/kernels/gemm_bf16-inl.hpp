@@ -7,7 +7,8 @@
 // per lane, twice the FP32 FMA's. The panel holds one pair of adjacent columns of 16 weight rows
 // per zmm (lane r = row r's pair), the token panel one pair of 16 tokens' activations, and the
 // tile broadcasts a token's pair against the weight pairs of two panels (32 rows, 8 tokens:
-// 16 accumulators), and prefetches the outputs the next tile reloads. This path
+// 16 accumulators; run_panel_tiles, shared with the FP32 GEMM, prefetches the outputs the next
+// tile reloads). This path
 // is the fast path only: the rounding of activations to 8 significant bits costs precision
 // (the fixtures' bf16 rms error is no larger than llama.cpp's, which rounds the same way), so
 // the table lists it apart from matmul_bf16 and SessionOptions::exact never takes it.
@@ -114,21 +115,12 @@ inline void matmul_bf16_dot(const void* weights, std::size_t rows, std::size_t c
         for (std::size_t p = 0; p < panels; ++p)
           pack_bf16_pairs(w + (r + 16 * p) * cols + c0, cols, 16, width, pairs, panel[p]);
         const std::uint32_t* const panel_of[2] = {panel[0], panel[1]};
-        for (std::size_t t = 0; t < chunk; t += 8) {
-          // The next tile's outputs, which it reloads from rows floats apart: prefetched, the
-          // misses hide behind this tile's vdpbf16ps.
-          for (std::size_t j = t + 8; j < std::min(t + 16, chunk); ++j)
-            for (std::size_t p = 0; p < panels; ++p)
-              _mm_prefetch(reinterpret_cast<const char*>(y + (t0 + j) * rows + r + 16 * p),
-                           _MM_HINT_T0);
-          const std::uint32_t* xgroup = xpanel.data() + (t / 16 * 16) * pairs;
-          const std::size_t count = std::min<std::size_t>(8, chunk - t);
-          float* out = y + (t0 + t) * rows + r;
-          if (panels == 2)
-            bf16_panel_tile<2>(panel_of, xgroup, t % 16, pairs, count, out, rows, c0 > 0);
-          else
-            bf16_panel_tile<1>(panel_of, xgroup, t % 16, pairs, count, out, rows, c0 > 0);
-        }
+        avx512::run_panel_tiles(chunk, panels, y + t0 * rows + r, rows,
+                                [&](auto k_panels, std::size_t t, std::size_t count, float* out) {
+                                  bf16_panel_tile<k_panels()>(
+                                      panel_of, xpanel.data() + (t / 16 * 16) * pairs, t % 16,
+                                      pairs, count, out, rows, c0 > 0);
+                                });
       }
     }
   }

@@ -128,6 +128,26 @@ inline void float_panel_tile(const float* const* panels, const float* xgroup, st
           _mm512_storeu_ps(y + j * y_stride + 16 * p, acc[p][j]);
 }
 
+// The token tiles of one column chunk for one pair of row groups (or the odd last group):
+// tile(panels, t, count, out) computes tokens [t, t + count), count <= 8, into out = y + t·rows,
+// with panels a compile-time 1 or 2. The outputs the next tile reloads (rows floats apart) are
+// prefetched first: the misses hide behind this tile's arithmetic. Shared with the BF16 GEMM.
+//   y: [chunk][rows] from the group's first row
+template <class Tile>
+inline void run_panel_tiles(std::size_t chunk, std::size_t panels, float* y, std::size_t rows,
+                            Tile&& tile) {
+  for (std::size_t t = 0; t < chunk; t += 8) {
+    for (std::size_t j = t + 8; j < std::min(t + 16, chunk); ++j)
+      for (std::size_t p = 0; p < panels; ++p)
+        _mm_prefetch(reinterpret_cast<const char*>(y + j * rows + 16 * p), _MM_HINT_T0);
+    const std::size_t count = std::min<std::size_t>(8, chunk - t);
+    if (panels == 2)
+      tile(std::integral_constant<std::size_t, 2>{}, t, count, y + t * rows);
+    else
+      tile(std::integral_constant<std::size_t, 1>{}, t, count, y + t * rows);
+  }
+}
+
 // Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows]. The token panel lives in a
 // per-thread buffer, allocated on a thread's first prefill and reused after that.
 template <class W>
@@ -151,21 +171,11 @@ inline void gemm_float_packed(const W* w, std::size_t rows, std::size_t cols, co
         for (std::size_t p = 0; p < panels; ++p)
           pack_columns(w + (r + 16 * p) * cols + c0, cols, kFloatPanelRows, n, panel[p]);
         const float* const panel_of[2] = {panel[0], panel[1]};
-        for (std::size_t t = 0; t < chunk; t += 8) {
-          // The next tile's outputs, which it reloads from rows floats apart: prefetched, the
-          // misses hide behind this tile's FMAs.
-          for (std::size_t j = t + 8; j < std::min(t + 16, chunk); ++j)
-            for (std::size_t p = 0; p < panels; ++p)
-              _mm_prefetch(reinterpret_cast<const char*>(y + (t0 + j) * rows + r + 16 * p),
-                           _MM_HINT_T0);
-          const float* xgroup = xpanel.data() + (t / 16 * 16) * n;
-          const std::size_t count = std::min<std::size_t>(8, chunk - t);
-          float* out = y + (t0 + t) * rows + r;
-          if (panels == 2)
-            float_panel_tile<2>(panel_of, xgroup, t % 16, n, count, out, rows, c0 > 0);
-          else
-            float_panel_tile<1>(panel_of, xgroup, t % 16, n, count, out, rows, c0 > 0);
-        }
+        run_panel_tiles(chunk, panels, y + t0 * rows + r, rows,
+                        [&](auto k_panels, std::size_t t, std::size_t count, float* out) {
+                          float_panel_tile<k_panels()>(panel_of, xpanel.data() + (t / 16 * 16) * n,
+                                                       t % 16, n, count, out, rows, c0 > 0);
+                        });
       }
     }
   }
