@@ -12,6 +12,7 @@
 #include "golden_file.hpp"
 #include "hllm/generate/generate.hpp"
 #include "hllm/generate/sampler.hpp"
+#include "hllm/io/quantize.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/presets.hpp"
 #include "hllm/model/session.hpp"
@@ -251,6 +252,49 @@ TEST(Llama, HalfPrecisionWeightsAndCacheStayClose) {
   EXPECT_THROW(
       (hllm::Llama<hllm::ModelSpec<hllm::f16>>(c, hllm::random_weights(c, hllm::DType::f32, 9))),
       hllm::Error);
+}
+
+// The output projection's path (Llama::forward): a matrix of at most 6 bits per weight (Q4_0
+// here) takes 8-bit activations in a fast session, so its logits differ from an exact session's,
+// by no more than the activation rounding allows (each activation moves by at most 1/254 of its
+// 32-value block's largest magnitude; with random unit-size weights that bounds each logit's
+// move by about 1% of the logits' scale: 2e-2); a Q8_0 matrix stays on float activations in
+// both, bit for bit. Every other matrix is f32, whose kernels are the same in both sessions.
+TEST(Llama, OutputProjectionTakes8BitActivationsOnlyForAtMost6BitMatrices) {
+  const hllm::ModelConfig c = tiny_config(4, 4, 0);
+  const hllm::ModelWeights f32_weights = hllm::random_weights(c, hllm::DType::f32, 5);
+  const hllm::WeightTensor& f32_output = f32_weights.output;
+  const float* output_values = f32_output.as<float>();
+  const auto tokens = some_tokens(12, 97);
+  for (hllm::DType type : {hllm::DType::q4_0, hllm::DType::q8_0}) {
+    SCOPED_TRACE(hllm::dtype_name(type));
+    const auto bytes = hllm::quant::quantize(
+        type, std::vector<float>(output_values, output_values + f32_output.rows * f32_output.cols));
+    hllm::ModelWeights weights = f32_weights;
+    weights.output = {type, bytes.data(), f32_output.rows, f32_output.cols, "output.weight"};
+    const hllm::Llama<> model(c, std::move(weights));
+    for (hllm::Isa isa : hllm::test::supported_isas()) {
+      SCOPED_TRACE(hllm::to_string(isa));
+      hllm::Session<> fast(model, {.isa = isa}), exact(model, {.isa = isa, .exact = true});
+      const auto fast_span = fast.prefill(tokens, hllm::Logits::all);
+      const std::vector<float> fast_logits(fast_span.begin(), fast_span.end());
+      const auto exact_span = exact.prefill(tokens, hllm::Logits::all);
+      const std::vector<float> exact_logits(exact_span.begin(), exact_span.end());
+      const auto fast_decode = fast.decode(3);
+      const std::vector<float> fast_next(fast_decode.begin(), fast_decode.end());
+      const auto exact_decode = exact.decode(3);
+      const std::vector<float> exact_next(exact_decode.begin(), exact_decode.end());
+      if (hllm::is_at_most_6_bit(type)) {
+        EXPECT_GT(hllm::test::max_abs_diff(fast_logits, exact_logits), 0.0f);
+        EXPECT_TRUE(all_close(fast_logits, exact_logits, 2e-2f));
+        EXPECT_GT(hllm::test::max_abs_diff(fast_next, exact_next), 0.0f);
+        EXPECT_TRUE(all_close(fast_next, exact_next, 2e-2f));
+      } else {
+        EXPECT_EQ(fast_logits, exact_logits);
+        EXPECT_EQ(fast_next, exact_next);
+      }
+    }
+  }
 }
 
 // A Q8_0 KV cache (head_dim 32: one block per row; GQA, two query heads per KV head). Prefill,
