@@ -1,5 +1,4 @@
 #pragma once
-
 // Run-time ISA dispatch for a header-only library. The kernel bodies (*-inl.hpp, no include
 // guards) are included once per ISA, each time inside namespace hllm::kernels::<isa> and a
 // target region (simd/target.hpp), so every ISA gets its own symbols and the linker never

@@ -311,8 +311,8 @@ inline void dequantize_for_dot(const BlockQ4_0& b, float* out) {
 // Quantized weights against float32 activations: each weight block is dequantized (exactly, by
 // the reference code) into a small buffer and multiplied with the float activations. Slower than
 // the integer kernels but free of activation rounding: the exact path for every quantized type,
-// and the one used where precision is worth more than speed (the output projection, which runs
-// for one token per prompt). Block is the stored layout: a block type, or Interleaved8 of one
+// and the one used where precision is worth more than speed (an output projection of Q8_0
+// weights: Llama::forward). Block is the stored layout: a block type, or Interleaved8 of one
 // (read back through block_at). w: [rows][cols/kElements] blocks, x: [n_tokens][cols],
 // y: [n_tokens][rows]; rows [row_begin, row_end).
 template <std::size_t kTokens, class Block, std::size_t kElements>
@@ -341,8 +341,8 @@ inline void dequant_rows(const Block* w, std::size_t rows, std::size_t cols, con
 // One row of the exact path for one token, with each block dequantized in registers instead of
 // through a buffer: the same values as dequantize_for_dot (d·q, and (q − 32)·(d·scale) for
 // Q6_K, each rounded once), summed in a different order. Several accumulators, so the FMA
-// chains overlap. The output projection runs here (32000 rows of Q6_K in Q4_0/Q4_K_M files,
-// Q8_0 in Q8_0 files); the buffered loop was bound by its one FMA chain and, for Q6_K, by the
+// chains overlap. A Q8_0 file's output projection runs here (32000 rows), and Q6_K rows in
+// exact sessions; the buffered loop was bound by its one FMA chain and, for Q6_K, by the
 // per-slice unpacking.   row: [blocks] blocks, x: [blocks · block elements]
 // block(b): block b of the row (a reference into the file layout, or a copy read back from an
 // interleaved group: both layouts sum in the same order, so they agree bit for bit).
