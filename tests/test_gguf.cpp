@@ -216,6 +216,15 @@ TEST_P(FixtureLogits, FastPathIsAsCloseAsLlamaCpp) {
   SKIP_WITHOUT_FIXTURES();
   const std::string type = GetParam();
   hllm::GgufModel m = hllm::load_gguf_model(fixture(type));
+  // Loaded as users load it (Repack::automatic): on VNNI CPUs an output matrix of at most 6 bits
+  // (the Q6_K output of the Q4_0, Q4_K_M and Q6_K fixtures) is interleaved, so the fast path
+  // below runs it on the interleaved 8-bit kernels.
+  const hllm::WeightTensor& output = m.weights.output;
+  EXPECT_EQ(output.type != hllm::file_type_of(output.type),
+            hllm::kernels::active().prefers_interleaved && hllm::is_at_most_6_bit(output.type) &&
+                hllm::interleaved_type(
+                    {hllm::file_type_of(output.type), nullptr, output.rows, output.cols, {}}) !=
+                    hllm::file_type_of(output.type));
   const hllm::Llama<> model(m.config, m.weights);
   const auto tokens = fixture_tokens();
   const auto exact = read_f32_file(kFixtures + "/fx-gqa-" + type + ".exact-logits.f32");
