@@ -322,6 +322,9 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
     ASSERT_EQ(xq[b].d, xq_scalar[b].d);
     ASSERT_EQ(xq[b].sum, xq_scalar[b].sum);
     ASSERT_EQ(xq[b].sum_lo, xq_scalar[b].sum_lo);
+    ASSERT_EQ(xq[b].bias, xq_scalar[b].bias);
+    ASSERT_EQ(xq[b].bias_lo, xq_scalar[b].bias_lo);
+    ASSERT_EQ(xq[b].d_sum, xq_scalar[b].d_sum);
     ASSERT_EQ(0, std::memcmp(xq[b].qs, xq_scalar[b].qs, 32));
   }
   if (split == 0) split = rows / 2 | 1;

@@ -247,12 +247,30 @@ inline void interleave_rows8(const Block* w, std::size_t rows, std::size_t units
 // sum = Σ qs[i] for the weight formats whose values carry an offset or a minimum, and
 // sum_lo = Σ qs[0..15] for Q6_K, whose scales and offsets cover 16 values. (Not a file format:
 // d stays float32, unlike ggml's f16, because nothing is saved.)
+//
+// bias = −128·sum and bias_lo = −128·sum_lo are the starting values of the prefill GEMM's integer
+// dot products (gemm_vnni-inl.hpp), whose unsigned weight operands all carry an offset of 128:
+// Σ (u − 128)·q = −128·Σq + Σ u·q; d_sum = d·sum weighs a Q4_K/Q5_K slice's minimum there. They
+// are stored so the hot loop reads each with a plain broadcast load instead of a multiply and a
+// move from a general register per block and token.
 struct BlockQ8Act {
   float d;
   std::int32_t sum;
   std::int32_t sum_lo;
+  std::int32_t bias;
+  std::int32_t bias_lo;
+  float d_sum;
   std::int8_t qs[32];
+
+  // Sets the sums and what is derived from them (d must be set first).
+  void set_sums(std::int32_t all, std::int32_t first_half) noexcept {
+    sum = all;
+    sum_lo = first_half;
+    bias = -128 * all;
+    bias_lo = -128 * first_half;
+    d_sum = d * static_cast<float>(all);
+  }
 };
-static_assert(sizeof(BlockQ8Act) == 44);
+static_assert(sizeof(BlockQ8Act) == 56);
 
 }  // namespace hllm

@@ -13,11 +13,14 @@
 // token of the chunk; packing costs one gather per 64 bytes and is amortised over up to
 // kTokenChunk tokens. Weights stay mapped in place; the panel is on the stack.
 //
-// vpdpbusd wants unsigned weights: Q4_0 nibbles already are (value = d·(u − 8)); Q8_0 bytes are
-// flipped to u = q + 128 while packing. The offset comes back out exactly through the
-// activation block's sum: Σ (u − o)·x = Σ u·x − o·Σx, and the int32 accumulator simply starts
-// at −o·Σx. Each block's integer dot is exact (|u·x| ≤ 255·127, 32 terms), then scaled by
-// d_w·d_x and accumulated in float, block by block in order, as the scalar twin does.
+// vpdpbusd wants unsigned weights, so every format with an integer offset is packed as
+// u = value + 128: Q8_0 bytes flipped (q + 128), Q4_0 nibbles + 120 (value u − 8), Q6_K 6-bit
+// values + 96 (value q − 32). The offset comes back out exactly through the activation block's
+// sum, Σ (u − 128)·x = Σ u·x − 128·Σx, so the int32 accumulator starts at the block's
+// precomputed bias −128·Σx: one broadcast load, the same for every format, where a per-format
+// multiply and a move from a general register used to sit in every block and token. Each block's
+// integer dot is exact (|u·x| ≤ 255·127, 32 terms), then scaled by d_w·d_x and accumulated in
+// float, block by block in order, as the scalar twin does.
 
 #if HLLM_QUANT_VNNI
 
@@ -34,13 +37,12 @@ struct alignas(64) PanelBlock {
   __m512 mins;       // [16] Q4_K: row r's minimum, dmin·m_j
 };
 
-// Integer offset of the unsigned values (value ∝ u − offset): Q4_0 8, Q8_0 128 (flipped while
-// packing), Q6_K 32; Q4_K has a float minimum instead.
+// Formats whose packed values carry the offset 128 (value ∝ u − 128); Q4_K and Q5_K have a
+// float minimum instead.
 template <class Block>
-inline constexpr std::int32_t kWeightOffset = std::is_same_v<Block, BlockQ4_0>   ? 8
-                                              : std::is_same_v<Block, BlockQ8_0> ? 128
-                                              : std::is_same_v<Block, BlockQ6_K> ? 32
-                                                                                 : 0;
+inline constexpr bool kHasOffset =
+    std::is_same_v<Block, BlockQ4_0> || std::is_same_v<Block, BlockQ8_0> ||
+    std::is_same_v<Block, BlockQ6_K>;
 // 32-value slices per Block.
 template <class Block>
 inline constexpr std::size_t kSlicesPerBlock =
@@ -113,11 +115,12 @@ inline void pack_panel(const PanelAddresses& at, std::size_t b0, std::size_t n, 
     const std::byte* qs = first;
     if constexpr (std::is_same_v<Block, BlockQ4_0>) {
       // Byte i of a row holds weight i (low nibble) and weight i + 16 (high nibble).
-      const __m512i mask = _mm512_set1_epi8(0x0f);
+      const __m512i mask = _mm512_set1_epi8(0x0f), to_offset_128 = _mm512_set1_epi8(120);
       _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) {
         const __m512i q = _mm512_i32gather_epi32(at.qs_offsets, qs + 4 * k, 1);
-        p.values[k] = _mm512_and_si512(q, mask);
-        p.values[k + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
+        p.values[k] = _mm512_add_epi8(_mm512_and_si512(q, mask), to_offset_128);
+        p.values[k + 4] =
+            _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), mask), to_offset_128);
       }
     } else {
       const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));  // q + 128 as a u8
@@ -215,6 +218,7 @@ inline void pack_panel(const BlockQ6_K* w, std::size_t row_blocks, std::size_t b
                        PanelBlock* out) {
   const __m512i row_offsets = panel_row_offsets<BlockQ6_K>(row_blocks);
   const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
+  const __m512i to_offset_128 = _mm512_set1_epi8(96);  // q + 96 = (q − 32) + 128
   alignas(64) float scales_lo[16], scales_hi[16];
   for (std::size_t b = 0; b < n; ++b) {
     const std::size_t slice = (b0 + b) % 8;
@@ -235,9 +239,11 @@ inline void pack_panel(const BlockQ6_K* w, std::size_t row_blocks, std::size_t b
     _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
       const __m512i ql = _mm512_i32gather_epi32(row_offsets, first->ql + ql_offset + 4 * k, 1);
       const __m512i qh = _mm512_i32gather_epi32(row_offsets, first->qh + qh_offset + 4 * k, 1);
-      p.values[k] = _mm512_or_si512(
-          _mm512_and_si512(_mm512_srl_epi32(ql, lshift), low4),
-          _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(qh, hshift), low2), 4));
+      p.values[k] = _mm512_add_epi8(
+          _mm512_or_si512(
+              _mm512_and_si512(_mm512_srl_epi32(ql, lshift), low4),
+              _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(qh, hshift), low2), 4)),
+          to_offset_128);
     }
   }
 }
@@ -249,6 +255,7 @@ inline void pack_panel(const BlockQ6_Kx8* w, std::size_t supers, std::size_t b0,
                        PanelBlock* out) {
   const __m512i row_offsets = interleaved_field(supers * sizeof(BlockQ6_Kx8), 0, 32);
   const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
+  const __m512i to_offset_128 = _mm512_set1_epi8(96);  // q + 96 = (q − 32) + 128
   for (std::size_t b = 0; b < n; ++b) {
     const std::size_t slice = (b0 + b) % 8, s = (b0 + b) / 8, h = slice / 4, i = slice % 4;
     __m256 halves[2][2];  // [group][16-value half]
@@ -270,9 +277,11 @@ inline void pack_panel(const BlockQ6_Kx8* w, std::size_t supers, std::size_t b0,
     _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
       const __m512i l = _mm512_i32gather_epi32(row_offsets, ql + 4 * k, 1);
       const __m512i hb = _mm512_i32gather_epi32(row_offsets, qh + 4 * k, 1);
-      p.values[k] = _mm512_or_si512(
-          _mm512_and_si512(_mm512_srl_epi32(l, lshift), low4),
-          _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(hb, hshift), low2), 4));
+      p.values[k] = _mm512_add_epi8(
+          _mm512_or_si512(
+              _mm512_and_si512(_mm512_srl_epi32(l, lshift), low4),
+              _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(hb, hshift), low2), 4)),
+          to_offset_128);
     }
   }
 }
@@ -290,32 +299,33 @@ inline __m512i broadcast_group(const BlockQ8Act& a, std::size_t k) {
 template <std::size_t kTokens, class Block>
 inline void panel_tile(const PanelBlock* panel, std::size_t n, const BlockQ8Act* x,
                        std::size_t x_stride, float* y, std::size_t y_stride, bool accumulate) {
-  constexpr std::int32_t kOffset = kWeightOffset<Block>;
   __m512 acc[kTokens];
-  _Pragma("GCC unroll 16") for (std::size_t j = 0; j < kTokens; ++j) acc[j] =
+  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j) acc[j] =
       accumulate ? _mm512_loadu_ps(y + j * y_stride) : _mm512_setzero_ps();
   for (std::size_t b = 0; b < n; ++b) {
     const PanelBlock& p = panel[b];
-    // Four tokens' dot chains interleaved: vpdpbusd has a latency of several cycles, and four
-    // independent chains in the instruction stream keep it issuing every cycle.
-    constexpr std::size_t kChains = kTokens < 4 ? kTokens : 4;
-    _Pragma("GCC unroll 16") for (std::size_t j0 = 0; j0 < kTokens; j0 += kChains) {
+    // Eight tokens' dot chains interleaved: vpdpbusd has a latency of several cycles, and with
+    // four chains in flight (16-token tiles, as before) the GEMM ran 5-9% slower. Q6_K keeps
+    // four: its two accumulators per token would not fit the 32 registers with eight.
+    constexpr std::size_t kChains =
+        std::min<std::size_t>(kTokens, std::is_same_v<Block, BlockQ6_K> ? 4 : 8);
+    _Pragma("GCC unroll 2") for (std::size_t j0 = 0; j0 < kTokens; j0 += kChains) {
       const BlockQ8Act* a[kChains];
-      _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) a[c] =
+      _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) a[c] =
           &x[(j0 + c) * x_stride + b];
       if constexpr (std::is_same_v<Block, BlockQ6_K>) {
         // Two scales per slice: each 16-value half has its own accumulator and offset.
         __m512i lo[kChains], hi[kChains];
-        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
-          lo[c] = _mm512_set1_epi32(-kOffset * a[c]->sum_lo);
-          hi[c] = _mm512_set1_epi32(-kOffset * (a[c]->sum - a[c]->sum_lo));
+        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+          lo[c] = _mm512_set1_epi32(a[c]->bias_lo);
+          hi[c] = _mm512_sub_epi32(_mm512_set1_epi32(a[c]->bias), lo[c]);
         }
         _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k)
-            _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
+            _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
           lo[c] = _mm512_dpbusd_epi32(lo[c], p.values[k], broadcast_group(*a[c], k));
           hi[c] = _mm512_dpbusd_epi32(hi[c], p.values[k + 4], broadcast_group(*a[c], k + 4));
         }
-        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
+        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
           const __m512 d = _mm512_set1_ps(a[c]->d);
           acc[j0 + c] =
               _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo[c]), _mm512_mul_ps(p.scales, d), acc[j0 + c]);
@@ -324,40 +334,34 @@ inline void panel_tile(const PanelBlock* panel, std::size_t n, const BlockQ8Act*
         }
       } else {
         __m512i dot[kChains];
-        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) dot[c] =
-            _mm512_set1_epi32(-kOffset * a[c]->sum);
+        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) dot[c] =
+            kHasOffset<Block> ? _mm512_set1_epi32(a[c]->bias) : _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k)
-            _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) dot[c] =
+            _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) dot[c] =
                 _mm512_dpbusd_epi32(dot[c], p.values[k], broadcast_group(*a[c], k));
-        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kChains; ++c) {
+        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
           const __m512 d = _mm512_set1_ps(a[c]->d);
           acc[j0 + c] =
               _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[c]), _mm512_mul_ps(p.scales, d), acc[j0 + c]);
           if constexpr (kHasMinimum<Block>)  // − dmin·m_j · d_x·Σxq
-            acc[j0 + c] = _mm512_fnmadd_ps(
-                p.mins, _mm512_set1_ps(a[c]->d * static_cast<float>(a[c]->sum)), acc[j0 + c]);
+            acc[j0 + c] = _mm512_fnmadd_ps(p.mins, _mm512_set1_ps(a[c]->d_sum), acc[j0 + c]);
         }
       }
     }
   }
-  _Pragma("GCC unroll 16") for (std::size_t j = 0; j < kTokens; ++j)
+  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j)
       _mm512_storeu_ps(y + j * y_stride, acc[j]);
 }
 
-// Tokens [0, n_tokens) of one panel, 16 at a time, the tail in 8/4/2/1 pieces.
+// Tokens [0, n_tokens) of one panel, 8 at a time, the tail in 4/2/1 pieces.
 template <class Block>
 inline void panel_tokens(const PanelBlock* panel, std::size_t n, const BlockQ8Act* x,
                          std::size_t x_stride, std::size_t n_tokens, float* y, std::size_t y_stride,
                          bool accumulate) {
   std::size_t t = 0;
-  for (; t + 16 <= n_tokens; t += 16)
-    panel_tile<16, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
-                          accumulate);
-  if (n_tokens - t >= 8) {
+  for (; t + 8 <= n_tokens; t += 8)
     panel_tile<8, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
                          accumulate);
-    t += 8;
-  }
   if (n_tokens - t >= 4) {
     panel_tile<4, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
                          accumulate);
@@ -373,7 +377,8 @@ inline void panel_tokens(const PanelBlock* panel, std::size_t n, const BlockQ8Ac
                          accumulate);
 }
 
-// Panel sources for gemm_packed: rows in the file's layout, or repacked 8 to a group.
+// Panel sources for gemm_packed: rows in the file's layout, or repacked 8 to a group. pack()
+// packs slices [b0, b0 + n) of rows [r, r + 16).
 template <class Block>
 struct RowMajorPanels {
   const Block* w;

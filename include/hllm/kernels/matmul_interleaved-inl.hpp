@@ -221,7 +221,7 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
   } else if constexpr (std::is_same_v<Block, BlockQ4_K>) {
     for (std::size_t b = 0; b < blocks; ++b) {
       xd[b] = x[b].d;
-      xoff[b] = x[b].d * static_cast<float>(x[b].sum);
+      xoff[b] = x[b].d_sum;
     }
   } else {
     decode_activation_terms(x, blocks, std::is_same_v<Block, BlockQ4_0> ? 8.0f : 128.0f, xd, xoff);

@@ -225,7 +225,7 @@ inline void matmul_kquant(const void* weights, std::size_t rows, std::size_t col
         float xd[kDecodeMaxBlocks], xds[kDecodeMaxBlocks];
         for (std::size_t b = 0; b < blocks; ++b) {
           xd[b] = x[t * blocks + b].d;
-          xds[b] = x[t * blocks + b].d * static_cast<float>(x[t * blocks + b].sum);
+          xds[b] = x[t * blocks + b].d_sum;
         }
         for (std::size_t r = row_begin; r < row_end; ++r)
           y[t * rows + r] = kquant_row8(w + r * supers, x + t * blocks, supers, xd, xds);

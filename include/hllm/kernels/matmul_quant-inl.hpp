@@ -29,21 +29,21 @@ inline void quantize_activations(const float* x, std::size_t n, BlockQ8Act* out)
     const __m512i qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inv));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q.qs), _mm512_cvtepi32_epi8(qlo));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q.qs + 16), _mm512_cvtepi32_epi8(qhi));
-    q.sum_lo = _mm512_reduce_add_epi32(qlo);
-    q.sum = q.sum_lo + _mm512_reduce_add_epi32(qhi);
+    const std::int32_t sum_lo = _mm512_reduce_add_epi32(qlo);
+    q.set_sums(sum_lo + _mm512_reduce_add_epi32(qhi), sum_lo);
 #else
     float amax = 0.0f;
     for (std::size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
     q.d = amax / 127.0f;
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    std::int32_t sum = 0;
+    std::int32_t sum = 0, sum_lo = 0;
     for (std::size_t i = 0; i < 32; ++i) {
       const auto v = static_cast<std::int32_t>(std::nearbyint(xb[i] * inv));
       q.qs[i] = static_cast<std::int8_t>(v);
       sum += v;
-      if (i == 15) q.sum_lo = sum;
+      if (i == 15) sum_lo = sum;
     }
-    q.sum = sum;
+    q.set_sums(sum, sum_lo);
 #endif
   }
 }
