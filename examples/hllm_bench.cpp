@@ -58,7 +58,7 @@ struct Options {
   std::size_t prompt_tokens = 512, gen_tokens = 128, reps = 3, threads = 0;
   std::optional<hllm::Isa> isa;
   std::string repack = "auto";
-  std::string kv_type = "f32";
+  hllm::cli::KvType kv_type = hllm::cli::KvType::f32;
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) {
@@ -532,9 +532,9 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
           "\"peak_gops\": %.1f, \"peak_kind\": \"%s\", \"roofline\": \"%s\", "
           "\"roofline_fraction\": %.4f}%s\n",
           model_name.c_str(), m.test.c_str(), type_name.c_str(), repacked ? "true" : "false",
-          o.kv_type.c_str(), session.threads(), hllm::to_string(session.isa()), m.mean, m.stddev,
-          bandwidth / 1e9, bw.small / 1e9, bw.huge ? "true" : "false", peaks.fp32 / 1e9,
-          peaks.int8 / 1e9, peaks.bf16 / 1e9, peak.ops / 1e9, peak.kind,
+          hllm::cli::to_string(o.kv_type), session.threads(), hllm::to_string(session.isa()),
+          m.mean, m.stddev, bandwidth / 1e9, bw.small / 1e9, bw.huge ? "true" : "false",
+          peaks.fp32 / 1e9, peaks.int8 / 1e9, peaks.bf16 / 1e9, peak.ops / 1e9, peak.kind,
           m.test[0] == 't' ? "bandwidth" : peak.kind, m.roofline_fraction,
           i + 1 < results.size() ? "," : "");
     }
@@ -548,7 +548,7 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
     if (peaks.int8 > 0) std::printf(", %s int8 %.0f GOP/s", peaks.int8_kind, peaks.int8 / 1e9);
     if (peaks.bf16 > 0) std::printf(", BF16 %.0f GFLOP/s", peaks.bf16 / 1e9);
     std::printf(" (%zu threads, %s, %s KV cache)\n\n", session.threads(),
-                hllm::to_string(session.isa()), o.kv_type.c_str());
+                hllm::to_string(session.isa()), hllm::cli::to_string(o.kv_type));
     std::printf("| model | type | weights | threads | test | t/s | of roofline |\n");
     std::printf("|---|---|---|---|---|---|---|\n");
     for (const Measurement& m : results) {
@@ -593,9 +593,7 @@ int main(int argc, char** argv) {
       if (o.repack != "auto" && o.repack != "never" && o.repack != "always")
         args.fail("--repack must be auto, never or always");
     } else if (args.is("--kv-type")) {
-      o.kv_type = args.value();
-      if (o.kv_type != "f32" && o.kv_type != "f16" && o.kv_type != "bf16" && o.kv_type != "q8_0")
-        args.fail("--kv-type must be f32, f16, bf16 or q8_0");
+      o.kv_type = args.kv_type();
     } else if (args.is("-o", "--output")) {
       o.output = args.value();
       if (o.output != "md" && o.output != "json") args.fail("-o must be md or json");
@@ -662,14 +660,9 @@ int main(int argc, char** argv) {
       model_name = o.preset + " (synthetic)";
       type_name = hllm::dtype_name(type);
     }
-    if (o.kv_type == "f16")
-      run_benchmark<hllm::f16>(o, config, std::move(weights), model_name, type_name);
-    else if (o.kv_type == "bf16")
-      run_benchmark<hllm::bf16>(o, config, std::move(weights), model_name, type_name);
-    else if (o.kv_type == "q8_0")
-      run_benchmark<hllm::BlockQ8_0>(o, config, std::move(weights), model_name, type_name);
-    else
-      run_benchmark<float>(o, config, std::move(weights), model_name, type_name);
+    hllm::cli::with_kv_type(o.kv_type, [&]<class KV>() {
+      run_benchmark<KV>(o, config, std::move(weights), model_name, type_name);
+    });
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-bench: %s\n", e.what());

@@ -2,6 +2,7 @@
 //
 //   hllm-chat -m FILE.gguf [-t N] [-c N] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
 //             [--repeat-penalty R] [--seed S] [--system TEXT] [--chat-format NAME] [--isa ISA]
+//             [--kv-type f32|f16|bf16|q8_0]
 //
 // Reads one user message per line from stdin until EOF or "/exit", and streams each reply to
 // stdout. The chat format comes from the model's tokenizer.chat_template (or --chat-format).
@@ -29,8 +30,9 @@ const char* kUsage =
     "usage: hllm-chat -m FILE.gguf [-t THREADS] [-c CONTEXT] [-n MAX_REPLY_TOKENS]\n"
     "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
     "         [--system TEXT] [--chat-format llama2|llama3|chatml|zephyr]\n"
-    "         [--isa scalar|avx2|avx512]\n"
-    "  Reads one user message per line from stdin; EOF or /exit ends the chat.\n";
+    "         [--isa scalar|avx2|avx512] [--kv-type f32|f16|bf16|q8_0]\n"
+    "  Reads one user message per line from stdin; EOF or /exit ends the chat.\n"
+    "  --kv-type: the KV cache's element type (default f32; q8_0 takes a quarter of the memory)\n";
 
 struct Options {
   std::string model_path;
@@ -40,6 +42,7 @@ struct Options {
   std::size_t threads = 0;
   std::size_t context = 0;
   std::optional<hllm::Isa> isa;
+  hllm::cli::KvType kv_type = hllm::cli::KvType::f32;
   hllm::SamplerParams sampler{.seed = 42};
 };
 
@@ -68,6 +71,8 @@ Options parse(int argc, char** argv) {
       }
     } else if (args.is("--isa")) {
       o.isa = args.isa();
+    } else if (args.is("--kv-type")) {
+      o.kv_type = args.kv_type();
     } else
       args.unknown();
   }
@@ -103,96 +108,104 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    const hllm::Llama<> model(loaded.config, std::move(loaded.weights));
-    hllm::Session<> session(
-        model, {.context = options.context, .threads = options.threads, .isa = options.isa});
-    hllm::Sampler sampler(options.sampler);
-    const std::vector<std::int32_t> stop_tokens = hllm::chat_stop_tokens(format, tokenizer);
-    const std::string_view suffix = hllm::chat_assistant_suffix(format);
-    std::fprintf(stderr, "model: %s\nchat format: %s, context %zu tokens, ISA %s, %zu threads\n",
-                 options.model_path.c_str(), hllm::to_string(format), session.context(),
-                 hllm::to_string(session.isa()), session.threads());
+    // The cache's element type is a template parameter: one instantiation per --kv-type.
+    return hllm::cli::with_kv_type(options.kv_type, [&]<class KV>() -> int {
+      using Spec = hllm::ModelSpec<hllm::AnyWeight, KV>;
+      const hllm::Llama<Spec> model(loaded.config, std::move(loaded.weights));
+      hllm::Session<Spec> session(
+          model, {.context = options.context, .threads = options.threads, .isa = options.isa});
+      hllm::Sampler sampler(options.sampler);
+      const std::vector<std::int32_t> stop_tokens = hllm::chat_stop_tokens(format, tokenizer);
+      const std::string_view suffix = hllm::chat_assistant_suffix(format);
+      std::fprintf(stderr,
+                   "model: %s\nchat format: %s, context %zu tokens, ISA %s, %zu threads, KV cache "
+                   "%s\n",
+                   options.model_path.c_str(), hllm::to_string(format), session.context(),
+                   hllm::to_string(session.isa()), session.threads(),
+                   hllm::cli::to_string(options.kv_type));
 
-    std::vector<hllm::ChatMessage> messages;
-    if (!options.system.empty()) messages.push_back({"system", options.system});
-    // How much of the rendered conversation the KV cache holds, as a length of the rendered
-    // text; and tokens generated but not yet evaluated (a reply cut at -n ends on a token that
-    // generate() sampled but never decoded).
-    std::size_t rendered = 0;
-    std::vector<std::int32_t> undecoded;
-    const bool interactive = isatty(STDIN_FILENO) != 0;
-    std::int32_t spm_space = -1;  // the lone "\u2581" token of a SentencePiece vocabulary
-    if (tokenizer.is_sentencepiece() && tokenizer.vocabulary().add_space_prefix) {
-      const auto& tokens = tokenizer.vocabulary().tokens;
-      const auto it = std::find(tokens.begin(), tokens.end(), "\xE2\x96\x81");
-      if (it != tokens.end()) spm_space = static_cast<std::int32_t>(it - tokens.begin());
-    }
-    hllm::StreamingDecoder stream(tokenizer);
-
-    std::string line;
-    while (true) {
-      if (interactive) std::fprintf(stderr, "> ");
-      if (!std::getline(std::cin, line) || line == "/exit") break;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.empty()) continue;
-
-      messages.push_back({"user", line});
-      const std::string text = hllm::render_chat(format, messages, true);
-      // The first turn starts the sequence: BOS, unless the template writes it itself.
-      const bool add_bos = session.position() == 0 && !hllm::chat_template_writes_bos(format);
-      std::string_view delta = std::string_view(text).substr(rendered);
-      std::vector<std::int32_t> turn = undecoded;
-      // A SentencePiece tokenizer puts a space in front of text that starts a fragment, so new
-      // text that itself starts with a space (Llama 2's " </s>" after a reply) would get two.
-      // Tokenizing the whole conversation at once, as Meta's reference code does, gives the
-      // reply a trailing lone "\u2581" token instead: write that one.
-      if (session.position() > 0 && spm_space >= 0 && !delta.empty() && delta.front() == ' ') {
-        delta.remove_prefix(1);
-        turn.push_back(spm_space);
+      std::vector<hllm::ChatMessage> messages;
+      if (!options.system.empty()) messages.push_back({"system", options.system});
+      // How much of the rendered conversation the KV cache holds, as a length of the rendered
+      // text; and tokens generated but not yet evaluated (a reply cut at -n ends on a token that
+      // generate() sampled but never decoded).
+      std::size_t rendered = 0;
+      std::vector<std::int32_t> undecoded;
+      const bool interactive = isatty(STDIN_FILENO) != 0;
+      std::int32_t spm_space = -1;  // the lone "\u2581" token of a SentencePiece vocabulary
+      if (tokenizer.is_sentencepiece() && tokenizer.vocabulary().add_space_prefix) {
+        const auto& tokens = tokenizer.vocabulary().tokens;
+        const auto it = std::find(tokens.begin(), tokens.end(), "\xE2\x96\x81");
+        if (it != tokens.end()) spm_space = static_cast<std::int32_t>(it - tokens.begin());
       }
-      const std::vector<std::int32_t> fresh = tokenizer.encode(delta, add_bos, true);
-      turn.insert(turn.end(), fresh.begin(), fresh.end());
-      if (turn.size() > session.context() - session.position()) {
-        say_context_full(session.context());
-        return 0;
-      }
+      hllm::StreamingDecoder stream(tokenizer);
 
-      // generate() decodes every generated token but the last, so this bound keeps the cache
-      // within its capacity; reaching it means the context is full.
-      const std::size_t room = session.context() - session.position() - turn.size() + 1;
-      const int max_tokens = static_cast<int>(
-          std::min<std::size_t>(room, static_cast<std::size_t>(options.max_reply)));
-      hllm::GenerateOptions generate_options{.max_tokens = max_tokens, .stop_tokens = stop_tokens};
-      std::string reply;
-      stream.reset();
-      const hllm::GenerateResult result =
-          hllm::generate(session, turn, sampler, generate_options, [&](std::int32_t token) {
-            const std::string piece = stream.push(token);
-            reply += piece;
-            std::fwrite(piece.data(), 1, piece.size(), stdout);
-            std::fflush(stdout);
-            return true;
-          });
-      const std::string tail = stream.flush();
-      reply += tail;
-      std::printf("%s\n", tail.c_str());
-      std::fflush(stdout);
+      std::string line;
+      while (true) {
+        if (interactive) std::fprintf(stderr, "> ");
+        if (!std::getline(std::cin, line) || line == "/exit") break;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty()) continue;
 
-      messages.push_back({"assistant", reply});
-      // The cache now holds the reply's own tokens; the template's closing text (which begins
-      // with the stop token that was sampled but not evaluated) is evaluated with the next turn.
-      rendered = hllm::render_chat(format, messages, false).size() - suffix.size();
-      undecoded.clear();
-      if (result.reason != hllm::StopReason::stop_token && !result.tokens.empty())
-        undecoded.push_back(result.tokens.back());
-      if (result.reason == hllm::StopReason::max_tokens && result.tokens.size() == room) {
-        say_context_full(session.context());
-        return 0;
+        messages.push_back({"user", line});
+        const std::string text = hllm::render_chat(format, messages, true);
+        // The first turn starts the sequence: BOS, unless the template writes it itself.
+        const bool add_bos = session.position() == 0 && !hllm::chat_template_writes_bos(format);
+        std::string_view delta = std::string_view(text).substr(rendered);
+        std::vector<std::int32_t> turn = undecoded;
+        // A SentencePiece tokenizer puts a space in front of text that starts a fragment, so new
+        // text that itself starts with a space (Llama 2's " </s>" after a reply) would get two.
+        // Tokenizing the whole conversation at once, as Meta's reference code does, gives the
+        // reply a trailing lone "\u2581" token instead: write that one.
+        if (session.position() > 0 && spm_space >= 0 && !delta.empty() && delta.front() == ' ') {
+          delta.remove_prefix(1);
+          turn.push_back(spm_space);
+        }
+        const std::vector<std::int32_t> fresh = tokenizer.encode(delta, add_bos, true);
+        turn.insert(turn.end(), fresh.begin(), fresh.end());
+        if (turn.size() > session.context() - session.position()) {
+          say_context_full(session.context());
+          return 0;
+        }
+
+        // generate() decodes every generated token but the last, so this bound keeps the cache
+        // within its capacity; reaching it means the context is full.
+        const std::size_t room = session.context() - session.position() - turn.size() + 1;
+        const int max_tokens = static_cast<int>(
+            std::min<std::size_t>(room, static_cast<std::size_t>(options.max_reply)));
+        hllm::GenerateOptions generate_options{.max_tokens = max_tokens,
+                                               .stop_tokens = stop_tokens};
+        std::string reply;
+        stream.reset();
+        const hllm::GenerateResult result =
+            hllm::generate(session, turn, sampler, generate_options, [&](std::int32_t token) {
+              const std::string piece = stream.push(token);
+              reply += piece;
+              std::fwrite(piece.data(), 1, piece.size(), stdout);
+              std::fflush(stdout);
+              return true;
+            });
+        const std::string tail = stream.flush();
+        reply += tail;
+        std::printf("%s\n", tail.c_str());
+        std::fflush(stdout);
+
+        messages.push_back({"assistant", reply});
+        // The cache now holds the reply's own tokens; the template's closing text (which begins
+        // with the stop token that was sampled but not evaluated) is evaluated with the next turn.
+        rendered = hllm::render_chat(format, messages, false).size() - suffix.size();
+        undecoded.clear();
+        if (result.reason != hllm::StopReason::stop_token && !result.tokens.empty())
+          undecoded.push_back(result.tokens.back());
+        if (result.reason == hllm::StopReason::max_tokens && result.tokens.size() == room) {
+          say_context_full(session.context());
+          return 0;
+        }
       }
-    }
-    std::fprintf(stderr, "[%zu of %zu context tokens used]\n", session.position(),
-                 session.context());
-    return 0;
+      std::fprintf(stderr, "[%zu of %zu context tokens used]\n", session.position(),
+                   session.context());
+      return 0;
+    });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-chat: %s\n", e.what());
     return 1;

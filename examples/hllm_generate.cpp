@@ -2,7 +2,7 @@
 //
 //   hllm-generate [-m FILE.gguf] [-p PROMPT] [-n N] [-t N] [-c N] [--temp T] [--top-k K]
 //                 [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--isa ISA]
-//                 [--synthetic PRESET] [--check-finite]
+//                 [--synthetic PRESET] [--check-finite] [--kv-type f32|f16|bf16|q8_0]
 //
 // Flags follow llama.cpp's spelling. Without -m it runs the bundled model (models/), if this
 // checkout has it; --synthetic runs random weights of a preset's shape (noise by design: for the
@@ -39,7 +39,9 @@ const char* kUsage =
     "usage: hllm-generate [-m FILE.gguf] [-p PROMPT] [-n N] [-t THREADS] [-c CONTEXT]\n"
     "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
     "         [--isa scalar|avx2|avx512] [--synthetic tiny|tinyllama-1.1b|...] [--check-finite]\n"
+    "         [--kv-type f32|f16|bf16|q8_0]\n"
     "  --check-finite: read every weight at load and refuse NaN or Inf\n"
+    "  --kv-type: the KV cache's element type (default f32; q8_0 takes a quarter of the memory)\n"
     "  default model: " HLLM_DEFAULT_MODEL "\n";
 
 struct Options {
@@ -51,6 +53,7 @@ struct Options {
   std::size_t threads = 0;
   std::size_t context = 0;
   std::optional<hllm::Isa> isa;
+  hllm::cli::KvType kv_type = hllm::cli::KvType::f32;
   bool check_finite = false;
   hllm::SamplerParams sampler{.seed = 42};
 };
@@ -76,6 +79,8 @@ Options parse(int argc, char** argv) {
       o.synthetic = args.value();
     else if (args.is("--isa"))
       o.isa = args.isa();
+    else if (args.is("--kv-type"))
+      o.kv_type = args.kv_type();
     else if (args.is("--check-finite"))
       o.check_finite = true;
     else
@@ -131,64 +136,70 @@ int main(int argc, char** argv) {
       weights = hllm::examples::synthetic_weights(config, hllm::DType::f32, 1);
       model_name = "synthetic " + options.synthetic + " (random weights: output is noise)";
     }
-    const hllm::Llama<> model(config, std::move(weights));
-    hllm::Session<> session(
-        model, {.context = options.context, .threads = options.threads, .isa = options.isa});
-    const double load_seconds = seconds_since(load_start);
+    // The cache's element type is a template parameter: one instantiation per --kv-type.
+    return hllm::cli::with_kv_type(options.kv_type, [&]<class KV>() -> int {
+      using Spec = hllm::ModelSpec<hllm::AnyWeight, KV>;
+      const hllm::Llama<Spec> model(config, std::move(weights));
+      hllm::Session<Spec> session(
+          model, {.context = options.context, .threads = options.threads, .isa = options.isa});
+      const double load_seconds = seconds_since(load_start);
 
-    const std::vector<std::int32_t> prompt =
-        tokenizer ? tokenizer->encode(options.prompt)
-                  : parse_ids(options.prompt_given ? options.prompt : "1");  // 1: BOS
-    std::fprintf(stderr, "model: %s\n", model_name.c_str());
-    hllm::GenerateOptions generate_options{.max_tokens = options.n_predict};
-    std::optional<hllm::StreamingDecoder> stream;
-    if (tokenizer) {
-      if (tokenizer->eos() >= 0) generate_options.stop_tokens.push_back(tokenizer->eos());
-      stream.emplace(*tokenizer);
-      for (std::int32_t id : prompt) stream->push(id);  // so the continuation's spacing is right
-      std::printf("%s", options.prompt.c_str());
-    } else {
-      std::printf("prompt ids:");
-      for (auto t : prompt) std::printf(" %d", t);
-      std::printf("\ngenerated ids:");
-    }
-    std::fflush(stdout);
+      const std::vector<std::int32_t> prompt =
+          tokenizer ? tokenizer->encode(options.prompt)
+                    : parse_ids(options.prompt_given ? options.prompt : "1");  // 1: BOS
+      std::fprintf(stderr, "model: %s\n", model_name.c_str());
+      hllm::GenerateOptions generate_options{.max_tokens = options.n_predict};
+      std::optional<hllm::StreamingDecoder> stream;
+      if (tokenizer) {
+        if (tokenizer->eos() >= 0) generate_options.stop_tokens.push_back(tokenizer->eos());
+        stream.emplace(*tokenizer);
+        for (std::int32_t id : prompt) stream->push(id);  // so the continuation's spacing is right
+        std::printf("%s", options.prompt.c_str());
+      } else {
+        std::printf("prompt ids:");
+        for (auto t : prompt) std::printf(" %d", t);
+        std::printf("\ngenerated ids:");
+      }
+      std::fflush(stdout);
 
-    hllm::Sampler sampler(options.sampler);
-    const auto start = std::chrono::steady_clock::now();
-    double prompt_seconds = 0;
-    bool first = true;
-    const auto result =
-        hllm::generate(session, prompt, sampler, generate_options, [&](std::int32_t token) {
-          if (first) prompt_seconds = seconds_since(start);
-          first = false;
-          if (stream)
-            std::printf("%s", stream->push(token).c_str());
-          else
-            std::printf(" %d", token);
-          std::fflush(stdout);
-          return true;
-        });
-    if (stream) std::printf("%s", stream->flush().c_str());
-    const double gen_seconds = seconds_since(start) - prompt_seconds;
+      hllm::Sampler sampler(options.sampler);
+      const auto start = std::chrono::steady_clock::now();
+      double prompt_seconds = 0;
+      bool first = true;
+      const auto result =
+          hllm::generate(session, prompt, sampler, generate_options, [&](std::int32_t token) {
+            if (first) prompt_seconds = seconds_since(start);
+            first = false;
+            if (stream)
+              std::printf("%s", stream->push(token).c_str());
+            else
+              std::printf(" %d", token);
+            std::fflush(stdout);
+            return true;
+          });
+      if (stream) std::printf("%s", stream->flush().c_str());
+      const double gen_seconds = seconds_since(start) - prompt_seconds;
 
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    std::printf("\n\n");
-    std::fflush(stdout);  // the statistics go to stderr; keep them after the text
-    std::fprintf(stderr, "load time: %.3f s\n", load_seconds);
-    std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s\n", prompt.size(),
-                 prompt_seconds > 0 ? double(prompt.size()) / prompt_seconds : 0.0);
-    // The first generated token comes out of the prompt pass; the rest each cost one decode.
-    std::fprintf(stderr, "generated: %zu tokens, %.1f tokens/s%s\n", result.tokens.size(),
-                 result.tokens.size() > 1 && gen_seconds > 0
-                     ? double(result.tokens.size() - 1) / gen_seconds
-                     : 0.0,
-                 result.reason == hllm::StopReason::stop_token ? " (stopped at end of text)" : "");
-    std::fprintf(stderr, "ISA path: %s, %zu threads\n", hllm::to_string(session.isa()),
-                 session.threads());
-    std::fprintf(stderr, "peak memory: %.1f MiB resident\n", double(usage.ru_maxrss) / 1024.0);
-    return 0;
+      rusage usage{};
+      getrusage(RUSAGE_SELF, &usage);
+      std::printf("\n\n");
+      std::fflush(stdout);  // the statistics go to stderr; keep them after the text
+      std::fprintf(stderr, "load time: %.3f s\n", load_seconds);
+      std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s\n", prompt.size(),
+                   prompt_seconds > 0 ? double(prompt.size()) / prompt_seconds : 0.0);
+      // The first generated token comes out of the prompt pass; the rest each cost one decode.
+      std::fprintf(
+          stderr, "generated: %zu tokens, %.1f tokens/s%s\n", result.tokens.size(),
+          result.tokens.size() > 1 && gen_seconds > 0
+              ? double(result.tokens.size() - 1) / gen_seconds
+              : 0.0,
+          result.reason == hllm::StopReason::stop_token ? " (stopped at end of text)" : "");
+      std::fprintf(stderr, "ISA path: %s, %zu threads, KV cache %s\n",
+                   hllm::to_string(session.isa()), session.threads(),
+                   hllm::cli::to_string(options.kv_type));
+      std::fprintf(stderr, "peak memory: %.1f MiB resident\n", double(usage.ru_maxrss) / 1024.0);
+      return 0;
+    });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-generate: %s\n", e.what());
     return 1;

@@ -12,10 +12,36 @@
 #include <type_traits>
 
 #include "hllm/core/error.hpp"
+#include "hllm/core/half.hpp"
+#include "hllm/core/quant_blocks.hpp"
 #include "hllm/generate/sampler.hpp"
 #include "hllm/simd/isa.hpp"
 
 namespace hllm::cli {
+
+// The KV cache element types the programs offer (--kv-type): a model's KV type is a template
+// parameter (ModelSpec), so a program picks one instantiation at run time with with_kv_type.
+enum class KvType { f32, f16, bf16, q8_0 };
+
+inline const char* to_string(KvType t) {
+  switch (t) {
+    case KvType::f16: return "f16";
+    case KvType::bf16: return "bf16";
+    case KvType::q8_0: return "q8_0";
+    default: return "f32";
+  }
+}
+
+// Calls f.template operator()<KV>() with KV the cache element type named by t.
+template <class F>
+decltype(auto) with_kv_type(KvType t, F&& f) {
+  switch (t) {
+    case KvType::f16: return f.template operator()<f16>();
+    case KvType::bf16: return f.template operator()<bf16>();
+    case KvType::q8_0: return f.template operator()<BlockQ8_0>();
+    default: return f.template operator()<float>();
+  }
+}
 
 class Args {
  public:
@@ -80,6 +106,14 @@ class Args {
     } catch (const Error& e) {
       fail(e.message());
     }
+  }
+
+  // The flag's value as a KV cache element type (f32, f16, bf16, q8_0).
+  KvType kv_type() {
+    const std::string v = value();
+    for (KvType t : {KvType::f32, KvType::f16, KvType::bf16, KvType::q8_0})
+      if (v == to_string(t)) return t;
+    fail("flag " + flag_ + " must be f32, f16, bf16 or q8_0, got '" + v + "'");
   }
 
   // Consumes the sampling flags shared by the generating programs (--temp, --top-k, --top-p,
