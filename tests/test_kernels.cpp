@@ -104,13 +104,14 @@ TEST_P(KernelIsa, MatmulMatchesReferenceOnRandomShapes) {
 }
 
 // Prefill-sized batches take the packed-panel GEMM on AVX-512 (16-row panels, 256-column
-// chunks, 256-token chunks, 16-token tiles): shapes across each boundary, ragged everywhere.
+// chunks, 512-token chunks, 8-token tiles): shapes across each boundary, ragged everywhere.
 TEST_P(KernelIsa, PrefillGemmMatchesReferenceAcrossPanelAndChunkBoundaries) {
   for (auto [rows, cols, n] : {std::tuple{16u, 1u, 8u},
                                {37u, 17u, 31u},
                                {48u, 257u, 17u},
                                {21u, 600u, 300u},
                                {64u, 256u, 271u},
+                               {40u, 40u, 530u},
                                {17u, 33u, 9u}}) {
     const auto seed = static_cast<std::uint32_t>(rows + cols + n);
     check_matmul<float>(GetParam(), rows, cols, n, seed);
@@ -506,6 +507,7 @@ TEST(KernelAvx512Bf16, DotMatchesReferenceWithinActivationRounding) {
                                                  {48u, 257u, 17u},
                                                  {21u, 600u, 300u},
                                                  {64u, 256u, 271u},
+                                                 {40u, 40u, 530u},
                                                  {100u, 300u, 40u},
                                                  {33u, 40u, 3u}}) {
     const std::size_t rows = shape_rows, cols = shape_cols, n = shape_n;

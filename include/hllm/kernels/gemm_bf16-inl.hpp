@@ -14,7 +14,9 @@
 // the table lists it apart from matmul_bf16 and SessionOptions::exact never takes it.
 
 inline constexpr std::size_t kBf16PanelPairs = 128;  // 256 columns per panel, 8 KiB
-inline constexpr std::size_t kBf16TokenChunk = 256, kBf16PackedMinTokens = 8;
+// A chunk's token panel is 256 KiB (L2); 512 tokens rather than 256 pack each weight panel half
+// as often: 5% faster (BM_MatmulBf16Dot).
+inline constexpr std::size_t kBf16TokenChunk = 512, kBf16PackedMinTokens = 8;
 
 // Column pairs [0, pairs) of 16 rows of bf16 `src` (rows `stride` elements apart, `cols`
 // columns valid from src on) → out[pairs][16] dwords; rows >= valid_rows and columns >= cols
