@@ -213,12 +213,20 @@ inline void pack_panel(const BlockQ4_Kx8* w, std::size_t supers, std::size_t b0,
   }
 }
 
+// Q6_K values, 4 per row in each of 16 lanes, packed with offset 128: bits 0-3 from ql >> lshift,
+// bits 4-5 from qh >> hshift, plus 96 ((q − 32) + 128; q <= 63, so no byte carries).
+inline __m512i q6_k_panel_values(__m512i ql, __m512i qh, __m128i lshift, __m128i hshift) {
+  const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
+  return _mm512_add_epi8(
+      _mm512_or_si512(_mm512_and_si512(_mm512_srl_epi32(ql, lshift), low4),
+                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(qh, hshift), low2), 4)),
+      _mm512_set1_epi8(96));
+}
+
 // Q6_K: slice (h, i) combines ql nibbles and qh bit pairs (reference::q6_k_slice_layout).
 inline void pack_panel(const BlockQ6_K* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
                        PanelBlock* out) {
   const __m512i row_offsets = panel_row_offsets<BlockQ6_K>(row_blocks);
-  const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
-  const __m512i to_offset_128 = _mm512_set1_epi8(96);  // q + 96 = (q − 32) + 128
   alignas(64) float scales_lo[16], scales_hi[16];
   for (std::size_t b = 0; b < n; ++b) {
     const std::size_t slice = (b0 + b) % 8;
@@ -239,11 +247,7 @@ inline void pack_panel(const BlockQ6_K* w, std::size_t row_blocks, std::size_t b
     _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
       const __m512i ql = _mm512_i32gather_epi32(row_offsets, first->ql + ql_offset + 4 * k, 1);
       const __m512i qh = _mm512_i32gather_epi32(row_offsets, first->qh + qh_offset + 4 * k, 1);
-      p.values[k] = _mm512_add_epi8(
-          _mm512_or_si512(
-              _mm512_and_si512(_mm512_srl_epi32(ql, lshift), low4),
-              _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(qh, hshift), low2), 4)),
-          to_offset_128);
+      p.values[k] = q6_k_panel_values(ql, qh, lshift, hshift);
     }
   }
 }
@@ -254,8 +258,6 @@ inline void pack_panel(const BlockQ6_K* w, std::size_t row_blocks, std::size_t b
 inline void pack_panel(const BlockQ6_Kx8* w, std::size_t supers, std::size_t b0, std::size_t n,
                        PanelBlock* out) {
   const __m512i row_offsets = interleaved_field(supers * sizeof(BlockQ6_Kx8), 0, 32);
-  const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
-  const __m512i to_offset_128 = _mm512_set1_epi8(96);  // q + 96 = (q − 32) + 128
   for (std::size_t b = 0; b < n; ++b) {
     const std::size_t slice = (b0 + b) % 8, s = (b0 + b) / 8, h = slice / 4, i = slice % 4;
     __m256 halves[2][2];  // [group][16-value half]
@@ -277,11 +279,7 @@ inline void pack_panel(const BlockQ6_Kx8* w, std::size_t supers, std::size_t b0,
     _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
       const __m512i l = _mm512_i32gather_epi32(row_offsets, ql + 4 * k, 1);
       const __m512i hb = _mm512_i32gather_epi32(row_offsets, qh + 4 * k, 1);
-      p.values[k] = _mm512_add_epi8(
-          _mm512_or_si512(
-              _mm512_and_si512(_mm512_srl_epi32(l, lshift), low4),
-              _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(hb, hshift), low2), 4)),
-          to_offset_128);
+      p.values[k] = q6_k_panel_values(l, hb, lshift, hshift);
     }
   }
 }
