@@ -8,10 +8,10 @@
 // per zmm (lane r = row r's pair), the token panel one pair of 16 tokens' activations, and the
 // tile broadcasts a token's pair against the weight pairs of two panels (32 rows, 8 tokens:
 // 16 accumulators; run_panel_tiles, shared with the FP32 GEMM, prefetches the outputs the next
-// tile reloads). This path
-// is the fast path only: the rounding of activations to 8 significant bits costs precision
-// (the fixtures' bf16 rms error is no larger than llama.cpp's, which rounds the same way), so
-// the table lists it apart from matmul_bf16 and SessionOptions::exact never takes it.
+// tile reloads). This path is the fast path only: the rounding of activations to 8 significant
+// bits costs precision (the fixtures' bf16 rms error is no larger than llama.cpp's, which rounds
+// the same way), so the table lists it apart from matmul_bf16 and SessionOptions::exact never
+// takes it.
 
 inline constexpr std::size_t kBf16PanelPairs = 128;  // 256 columns per panel, 8 KiB
 // A chunk's token panel is 256 KiB (L2); 512 tokens rather than 256 pack each weight panel half
