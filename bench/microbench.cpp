@@ -114,6 +114,45 @@ BENCHMARK(BM_MatmulBf16Dot)
     ->ArgNames({"rows", "cols", "n"})
     ->Unit(benchmark::kMillisecond);
 
+// BF16 weights repacked into 16-row pair panels (DType::bf16_x16, as a loaded model holds them
+// on AVX-512 CPUs) on the fast path: the GEMM above without its weight packing (n = 512) and
+// the panels' dot tile (n = 1), both on bf16 activations; exact = 1: the float-activation
+// kernel (the exact path; the one-token figure the previous commit measured for decode).
+// Counters as BM_Matmul.
+void BM_MatmulBf16Panels(benchmark::State& state) {
+  const auto& table = hllm::kernels::active();
+  const auto rows = static_cast<std::size_t>(state.range(0)),
+             cols = static_cast<std::size_t>(state.range(1)),
+             n = static_cast<std::size_t>(state.range(2));
+  const auto fn = state.range(3) != 0 ? table.matmul_bf16_x16 : table.matmul_bf16_x16_dot;
+  if (fn == nullptr) {
+    state.SkipWithError("no AVX512-BF16 on this CPU");
+    return;
+  }
+  const auto w = convert<hllm::bf16>(random_floats(rows * cols, 1));
+  std::vector<std::byte> panels(rows * cols * sizeof(hllm::bf16));
+  hllm::repack_tensor({hllm::DType::bf16, w.data(), rows, cols, "w"}, panels.data());
+  const auto x = random_floats(n * cols, 2);
+  std::vector<float> y(n * rows);
+  for (auto _ : state) {
+    fn(panels.data(), rows, cols, x.data(), n, y.data(), 0, rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double iterations = static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(panels.size())));
+  state.counters["FLOP/s"] =
+      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
+}
+void bf16_panel_shapes(benchmark::internal::Benchmark* b) {
+  for (int exact : {0, 1})
+    for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}})
+      b->Args({rows, cols, 1, exact});
+  for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}})
+    b->Args({rows, cols, 512, 0});
+  b->ArgNames({"rows", "cols", "n", "exact"})->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_MatmulBf16Panels)->Apply(bf16_panel_shapes);
+
 // The same for quantized weights through the integer kernels (8-bit activations, quantized
 // once outside the timed loop; BM_QuantizeActivations times that step). Args: isa (1 avx2,
 // 2 avx512 with VNNI where the CPU has it), rows, cols, n_tokens. Counters as BM_Matmul:

@@ -413,7 +413,8 @@ struct Peak {
 Peak peak_for(hllm::DType type, const Peaks& p, hllm::Isa isa) {
   const hllm::kernels::KernelTable& table = hllm::kernels::table_for(isa);
   if (table.quant_matmul_for(type) != nullptr && p.int8 > 0) return {p.int8, p.int8_kind};
-  if (type == hllm::DType::bf16 && table.matmul_bf16_dot != nullptr && p.bf16 > 0)
+  if (hllm::file_type_of(type) == hllm::DType::bf16 && table.matmul_bf16_dot != nullptr &&
+      p.bf16 > 0)
     return {p.bf16, "BF16"};
   return {p.fp32, "FP32"};
 }

@@ -532,6 +532,121 @@ TEST(KernelAvx512Bf16, DotMatchesReferenceWithinActivationRounding) {
   }
 }
 
+// BF16 weights repacked into 16-row pair panels (DType::bf16_x16): rows a multiple of 16, odd
+// pair counts (the decode loop takes pairs two at a time), prefill and decode token counts,
+// both column and token chunk boundaries of the GEMM.
+const std::tuple<unsigned, unsigned, unsigned> kBf16PanelShapes[] = {
+    {16u, 2u, 1u},     {16u, 30u, 8u},    {48u, 64u, 3u}, {48u, 530u, 17u},
+    {80u, 258u, 271u}, {32u, 600u, 530u}, {96u, 40u, 5u}, {32u, 6u, 2u}};
+
+struct Bf16Panels {
+  std::vector<hllm::bf16> rows;   // [rows][cols], the file's layout
+  std::vector<float> x;           // [n][cols]
+  std::vector<std::byte> panels;  // the same weights repacked as a loader repacks them
+};
+Bf16Panels bf16_panels(std::size_t rows, std::size_t cols, std::size_t n, std::uint32_t seed) {
+  Bf16Panels p{to_type<hllm::bf16>(hllm::test::random_vector(rows * cols, seed)),
+               hllm::test::random_vector(n * cols, seed + 1),
+               {}};
+  const hllm::WeightTensor w{hllm::DType::bf16, p.rows.data(), rows, cols, "w"};
+  EXPECT_EQ(hllm::interleaved_type(w), hllm::DType::bf16_x16);
+  p.panels.resize(w.bytes());
+  EXPECT_EQ(hllm::repack_tensor(w, p.panels.data()), hllm::DType::bf16_x16);
+  return p;
+}
+
+// The layout: every element where bf16_x16_index says, each group copied back to the file's
+// rows, the reference product (rows read back) equal to the file layout's; rows not a multiple
+// of 16 or odd columns are not repacked.
+TEST(Bf16Panels, RepackedLayoutReadsBackEveryElement) {
+  for (auto [rows, cols, n] : kBf16PanelShapes) {
+    const Bf16Panels p = bf16_panels(rows, cols, n, rows + cols);
+    const auto* packed = reinterpret_cast<const hllm::bf16*>(p.panels.data());
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c)
+        ASSERT_EQ(packed[hllm::bf16_x16_index(cols, r, c)].bits, p.rows[r * cols + c].bits)
+            << r << ", " << c;
+    std::vector<hllm::bf16> group(16 * cols);
+    for (std::size_t g = 0; g < rows / 16; ++g) {
+      hllm::deinterleave_bf16_group(reinterpret_cast<const std::uint32_t*>(p.panels.data()) +
+                                        g * hllm::bf16_x16_group_dwords(cols),
+                                    cols, group.data());
+      ASSERT_EQ(0, std::memcmp(group.data(), p.rows.data() + 16 * g * cols, group.size() * 2));
+    }
+    std::vector<float> from_rows(n * rows), from_panels(n * rows);
+    hllm::reference::matmul({hllm::DType::bf16, p.rows.data(), rows, cols, "w"}, p.x.data(), n,
+                            from_rows.data());
+    hllm::reference::matmul({hllm::DType::bf16_x16, p.panels.data(), rows, cols, "w"}, p.x.data(),
+                            n, from_panels.data());
+    EXPECT_EQ(from_rows, from_panels);
+  }
+  const hllm::bf16 one = hllm::from_float<hllm::bf16>(1.0f);
+  EXPECT_EQ(hllm::interleaved_type({hllm::DType::bf16, &one, 24, 64, "w"}), hllm::DType::bf16);
+  EXPECT_EQ(hllm::interleaved_type({hllm::DType::bf16, &one, 32, 63, "w"}), hllm::DType::bf16);
+}
+
+// |kernel − reference| within the float summation bound (plus Σ|w·x|·2^-8 where activations
+// were rounded to bf16), for rows [0, split) and [split, rows) computed in two calls.
+void expect_bf16_product(const Bf16Panels& p, hllm::kernels::MatmulFn fn, std::size_t rows,
+                         std::size_t cols, std::size_t n, std::size_t split,
+                         bool activations_rounded, const std::string& what) {
+  std::vector<float> expected(n * rows), actual(n * rows, NAN);
+  hllm::reference::matmul(p.rows.data(), rows, cols, p.x.data(), n, expected.data());
+  fn(p.panels.data(), rows, cols, p.x.data(), n, actual.data(), 0, split);
+  fn(p.panels.data(), rows, cols, p.x.data(), n, actual.data(), split, rows);
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t r = 0; r < rows; ++r) {
+      double sum_abs = 0;
+      for (std::size_t c = 0; c < cols; ++c)
+        sum_abs += std::fabs(double(hllm::to_float(p.rows[r * cols + c])) * p.x[t * cols + c]);
+      const double bound = dot_error_bound(cols, sum_abs) +
+                           (activations_rounded ? sum_abs * std::ldexp(1.0, -8) : 0);
+      ASSERT_LE(std::fabs(double(actual[t * rows + r]) - expected[t * rows + r]), bound)
+          << what << " rows " << rows << " cols " << cols << " tokens " << n << " split " << split
+          << " at [" << t << "][" << r << "]";
+    }
+}
+
+// The float-activation kernel (exact path and decode): AVX-512 reads whole groups in place,
+// other ISAs and partial groups copy rows back to the row-major tiles.
+TEST_P(KernelIsa, Bf16PanelMatmulMatchesReference) {
+  const hllm::kernels::MatmulFn fn =
+      hllm::kernels::table_for(GetParam()).matmul_for(hllm::DType::bf16_x16);
+  ASSERT_NE(fn, nullptr);
+  for (auto [rows, cols, n] : kBf16PanelShapes) {
+    const Bf16Panels p = bf16_panels(rows, cols, n, rows * cols + n);
+    for (std::size_t split : {std::size_t{rows} / 2 / 16 * 16, std::size_t{rows} / 2 | 1})
+      expect_bf16_product(p, fn, rows, cols, n, split, false, hllm::to_string(GetParam()));
+  }
+}
+
+// The AVX512-BF16 GEMM on the panels as they lie is the row-major GEMM without its packing:
+// on whole groups the same panels and the same order, so the same bits. Under 8 tokens the
+// panels' own dot tile (activations rounded to bf16 like the GEMM's), rows of a partial group
+// the float-activation kernel: within the derived bounds.
+TEST(KernelAvx512Bf16, PanelDotIsTheRowMajorDotWithoutPacking) {
+  if (!hllm::cpu_supports(Isa::avx512) ||
+      hllm::kernels::table_for(Isa::avx512).matmul_bf16_x16_dot == nullptr)
+    GTEST_SKIP() << "needs AVX512-BF16";
+  const auto& table = hllm::kernels::table_for(Isa::avx512);
+  for (auto [rows, cols, n] : kBf16PanelShapes) {
+    const Bf16Panels p = bf16_panels(rows, cols, n, rows + 3 * cols + n);
+    const std::size_t split = rows / 2 / 16 * 16;
+    std::vector<float> row_major(n * rows, NAN), panels(n * rows, NAN);
+    for (auto [begin, end] : {std::pair{std::size_t{0}, split}, {split, std::size_t{rows}}}) {
+      table.matmul_bf16_dot(p.rows.data(), rows, cols, p.x.data(), n, row_major.data(), begin, end);
+      table.matmul_bf16_x16_dot(p.panels.data(), rows, cols, p.x.data(), n, panels.data(), begin,
+                                end);
+    }
+    if (n >= 8) {
+      EXPECT_EQ(row_major, panels) << rows << "x" << cols << ", " << n << " tokens";
+    }
+    for (std::size_t odd_split : {split, std::size_t{rows} / 2 | 1})
+      expect_bf16_product(p, table.matmul_bf16_x16_dot, rows, cols, n, odd_split, true,
+                          "avx512_bf16");
+  }
+}
+
 #if HLLM_X86
 // AVX-512 CPUs without VNNI get the vpmaddubsw build of the integer kernels; this machine may
 // have VNNI, so call both builds directly: the integer dots are exact and the float operations

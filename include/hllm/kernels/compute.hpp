@@ -144,9 +144,17 @@ class Compute {
     if (uses_int8(w))
       return table_->quant_matmul_for(w.type)(w.data, w.rows, w.cols, xq, n_tokens, y, begin, end);
     kernels::MatmulFn fn = exact_kernel(w.type);
-    if (w.type == DType::bf16 && table_->matmul_bf16_dot != nullptr && !activations_.empty())
-      fn = table_->matmul_bf16_dot;
+    if (const kernels::MatmulFn dot = bf16_dot_kernel(w.type); dot != nullptr) fn = dot;
     fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end);  // checked by prepare_activations
+  }
+
+  // The bf16-activation kernel for BF16 weights (either layout) where this table has one and the
+  // session is not exact, else nullptr.
+  kernels::MatmulFn bf16_dot_kernel(DType type) const noexcept {
+    if (activations_.empty()) return nullptr;
+    if (type == DType::bf16) return table_->matmul_bf16_dot;
+    if (type == DType::bf16_x16) return table_->matmul_bf16_x16_dot;
+    return nullptr;
   }
 
   kernels::MatmulFn exact_kernel(DType type) const noexcept {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hllm/core/aligned_buffer.hpp"
+#include "hllm/core/bf16_panels.hpp"
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
@@ -87,6 +88,9 @@ struct KernelTable {
   // kernels, in every table, since a session may run any ISA on a repacked model.
   QuantMatmulFn matmul_q8_0_x8, matmul_q4_0_x8, matmul_q4_k_x8, matmul_q6_k_x8;
   MatmulFn dequant_q8_0_x8, dequant_q4_0_x8, dequant_q4_k_x8, dequant_q6_k_x8;
+  // Load-time repacked BF16 (DType::bf16_x16): float32 activations in every table, and the
+  // bf16-activation GEMM beside matmul_bf16_dot (nullptr without AVX512-BF16).
+  MatmulFn matmul_bf16_x16, matmul_bf16_x16_dot;
   // Whether this table's kernels run the repacked types faster than the file's layout (VNNI);
   // loaders repack for it (LoadOptions::repack).
   bool prefers_interleaved = false;
@@ -98,6 +102,7 @@ struct KernelTable {
       case DType::f32: return matmul_f32;
       case DType::f16: return matmul_f16;
       case DType::bf16: return matmul_bf16;
+      case DType::bf16_x16: return matmul_bf16_x16;
       default: return nullptr;
     }
   }
@@ -174,7 +179,7 @@ struct KernelTable {
         &quant_ns::matmul_x8<BlockQ4_0>, &quant_ns::matmul_x8<BlockQ4_K>,                         \
         &quant_ns::matmul_x8<BlockQ6_K>, &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>,                \
         &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>,        \
-        &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>                                                   \
+        &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>, &ns::matmul_bf16_x16, nullptr                    \
   }
 
 #define HLLM_ISA_LEVEL 0
@@ -184,6 +189,7 @@ namespace hllm::kernels::scalar {
 // clang-format off
 #include "hllm/simd/vec-inl.hpp"
 #include "hllm/kernels/matmul_float-inl.hpp"
+#include "hllm/kernels/matmul_bf16_panels-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
 #include "hllm/kernels/matmul_kquant-inl.hpp"
@@ -200,6 +206,7 @@ namespace hllm::kernels::avx2 {
 // clang-format off
 #include "hllm/simd/vec-inl.hpp"
 #include "hllm/kernels/matmul_float-inl.hpp"
+#include "hllm/kernels/matmul_bf16_panels-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
 #include "hllm/kernels/matmul_kquant-inl.hpp"
@@ -216,6 +223,7 @@ namespace hllm::kernels::avx512 {
 // clang-format off
 #include "hllm/simd/vec-inl.hpp"
 #include "hllm/kernels/matmul_float-inl.hpp"
+#include "hllm/kernels/matmul_bf16_panels-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
 #include "hllm/kernels/matmul_kquant-inl.hpp"
@@ -267,7 +275,10 @@ inline const KernelTable& table_for(Isa isa) {
   static const KernelTable avx512_table = [] {
     KernelTable table = cpu_features().avx512_vnni ? HLLM_KERNEL_TABLE(avx512, avx512_vnni)
                                                    : HLLM_KERNEL_TABLE(avx512, avx512);
-    if (cpu_features().avx512_bf16) table.matmul_bf16_dot = &avx512_bf16::matmul_bf16_dot;
+    if (cpu_features().avx512_bf16) {
+      table.matmul_bf16_dot = &avx512_bf16::matmul_bf16_dot;
+      table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
+    }
     table.prefers_interleaved = cpu_features().avx512_vnni;
     return table;
   }();

@@ -8,10 +8,11 @@
 // per zmm (lane r = row r's pair), the token panel one pair of 16 tokens' activations, and the
 // tile broadcasts a token's pair against the weight pairs of two panels (32 rows, 8 tokens:
 // 16 accumulators; run_panel_tiles, shared with the FP32 GEMM, prefetches the outputs the next
-// tile reloads). This path is the fast path only: the rounding of activations to 8 significant
-// bits costs precision (the fixtures' bf16 rms error is no larger than llama.cpp's, which rounds
-// the same way), so the table lists it apart from matmul_bf16 and SessionOptions::exact never
-// takes it.
+// tile reloads). Weights repacked at load time (DType::bf16_x16, core/bf16_panels.hpp) are
+// these panels already and are read in place; decode on them runs bf16_x16_dot_tile. This path
+// is the fast path only: the rounding of activations to 8 significant bits costs precision (the
+// fixtures' bf16 rms error is no larger than llama.cpp's, which rounds the same way), so the
+// table lists it apart from matmul_bf16 and SessionOptions::exact never takes it.
 
 inline constexpr std::size_t kBf16PanelPairs = 128;  // 256 columns per panel, 8 KiB
 // A chunk's token panel is 256 KiB (L2); 512 tokens rather than 256 pack each weight panel half
@@ -79,7 +80,7 @@ inline void bf16_panel_tile(const std::uint32_t* const* panels, const std::uint3
   for (std::size_t k = 0; k < pairs; ++k) {
     __m512bh w[kPanels];
     _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p) w[p] =
-        reinterpret_cast<__m512bh>(_mm512_load_si512(panels[p] + k * 16));
+        reinterpret_cast<__m512bh>(_mm512_loadu_si512(panels[p] + k * 16));
     _Pragma("GCC unroll 8") for (std::size_t j = 0; j < 8; ++j) {
       const __m512bh xj = reinterpret_cast<__m512bh>(
           _mm512_set1_epi32(static_cast<int>(xgroup[k * 16 + first + j])));
@@ -92,15 +93,16 @@ inline void bf16_panel_tile(const std::uint32_t* const* panels, const std::uint3
           _mm512_storeu_ps(y + j * y_stride + 16 * p, acc[p][j]);
 }
 
-// y[t][r] for rows [row_begin, row_end) of bf16 w: [rows][cols], x: [n_tokens][cols] floats.
-inline void matmul_bf16_dot(const void* weights, std::size_t rows, std::size_t cols, const float* x,
-                            std::size_t n_tokens, float* y, std::size_t row_begin,
-                            std::size_t row_end) {
-  const bf16* w = static_cast<const bf16*>(weights);
-  const std::size_t groups = (row_end - row_begin) / 16;
-  if (n_tokens < kBf16PackedMinTokens || groups == 0)
-    return avx512::matmul_bf16(weights, rows, cols, x, n_tokens, y, row_begin, row_end);
-  alignas(64) std::uint32_t panel[2][kBf16PanelPairs * 16];
+// Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] from the panels
+// panel_of(r, c0, width, pairs, scratch) gives: columns [c0, c0 + width) of rows r..r+15 as
+// `pairs` column pairs of 16 dwords, packed into `scratch` (kBf16PanelPairs·16 dwords, 64-byte
+// aligned) or read in place from repacked weights. The token panel lives in a per-thread
+// buffer, allocated on a thread's first prefill and reused after that.
+template <class PanelOf>
+inline void gemm_bf16_panels(std::size_t rows, std::size_t cols, const float* x,
+                             std::size_t n_tokens, float* y, std::size_t row_begin,
+                             std::size_t groups, PanelOf&& panel_of) {
+  alignas(64) std::uint32_t scratch[2][kBf16PanelPairs * 16];
   thread_local AlignedBuffer<std::uint32_t> xpanel;
   if (xpanel.size() < kBf16TokenChunk * kBf16PanelPairs)
     xpanel = AlignedBuffer<std::uint32_t>(kBf16TokenChunk * kBf16PanelPairs);
@@ -114,18 +116,119 @@ inline void matmul_bf16_dot(const void* weights, std::size_t rows, std::size_t c
                          width, pairs, xpanel.data() + t * pairs);
       for (std::size_t g = 0; g < groups; g += 2) {
         const std::size_t r = row_begin + g * 16, panels = std::min<std::size_t>(2, groups - g);
+        const std::uint32_t* panel[2] = {};
         for (std::size_t p = 0; p < panels; ++p)
-          pack_bf16_pairs(w + (r + 16 * p) * cols + c0, cols, 16, width, pairs, panel[p]);
-        const std::uint32_t* const panel_of[2] = {panel[0], panel[1]};
+          panel[p] = panel_of(r + 16 * p, c0, width, pairs, scratch[p]);
         avx512::run_panel_tiles(chunk, panels, y + t0 * rows + r, rows,
                                 [&](auto k_panels, std::size_t t, std::size_t count, float* out) {
                                   bf16_panel_tile<k_panels()>(
-                                      panel_of, xpanel.data() + (t / 16 * 16) * pairs, t % 16,
-                                      pairs, count, out, rows, c0 > 0);
+                                      panel, xpanel.data() + (t / 16 * 16) * pairs, t % 16, pairs,
+                                      count, out, rows, c0 > 0);
                                 });
       }
     }
   }
+}
+
+// y[t][r] for rows [row_begin, row_end) of bf16 w: [rows][cols], x: [n_tokens][cols] floats.
+inline void matmul_bf16_dot(const void* weights, std::size_t rows, std::size_t cols, const float* x,
+                            std::size_t n_tokens, float* y, std::size_t row_begin,
+                            std::size_t row_end) {
+  const bf16* w = static_cast<const bf16*>(weights);
+  const std::size_t groups = (row_end - row_begin) / 16;
+  if (n_tokens < kBf16PackedMinTokens || groups == 0)
+    return avx512::matmul_bf16(weights, rows, cols, x, n_tokens, y, row_begin, row_end);
+  gemm_bf16_panels(rows, cols, x, n_tokens, y, row_begin, groups,
+                   [&](std::size_t r, std::size_t c0, std::size_t width, std::size_t pairs,
+                       std::uint32_t* scratch) -> const std::uint32_t* {
+                     pack_bf16_pairs(w + r * cols + c0, cols, 16, width, pairs, scratch);
+                     return scratch;
+                   });
   const std::size_t done = row_begin + groups * 16;
   if (done < row_end) avx512::matmul_bf16(weights, rows, cols, x, n_tokens, y, done, row_end);
+}
+
+// x rounded to bf16 pairs (as pack_float_pairs rounds them), in order.   x: [cols] → out:
+// [(cols + 1) / 2] dwords
+inline void round_to_bf16_pairs(const float* x, std::size_t cols, std::uint32_t* out) {
+  for (std::size_t c = 0; c < cols; c += 32) {
+    const std::size_t n = std::min<std::size_t>(32, cols - c);
+    const __mmask16 lo = VecF32::mask(std::min<std::size_t>(16, n)),
+                    hi = n > 16 ? VecF32::mask(n - 16) : 0;
+    const __m512i pairs = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
+        _mm512_maskz_loadu_ps(hi, x + c + 16), _mm512_maskz_loadu_ps(lo, x + c)));
+    _mm512_mask_storeu_epi32(out + c / 2, VecF32::mask((n + 1) / 2), pairs);
+  }
+}
+
+// y[j][0..16) = group · x[j] for kTokens tokens of bf16 pairs: one vdpbf16ps per column pair and
+// token, four accumulator chains per token. Decode on the panels: one instruction per 64 bytes
+// of weights (the float-activation kernel needs four), so a core keeps more of the stream's
+// cache lines in flight.   group: [pairs][16] dwords, xpairs: [kTokens][pairs] dwords
+template <std::size_t kTokens>
+inline void bf16_x16_dot_tile(const std::uint32_t* group, std::size_t pairs,
+                              const std::uint32_t* xpairs, float* y, std::size_t y_stride) {
+  __m512 acc[kTokens][4];
+  _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j)
+      _Pragma("GCC unroll 4") for (std::size_t a = 0; a < 4; ++a) acc[j][a] = _mm512_setzero_ps();
+  const auto step = [&](std::size_t k, std::size_t a) {
+    const __m512bh w = reinterpret_cast<__m512bh>(_mm512_loadu_si512(group + k * 16));
+    _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j) acc[j][a] = _mm512_dpbf16_ps(
+        acc[j][a], w,
+        reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xpairs[j * pairs + k]))));
+  };
+  std::size_t k = 0;
+  for (; k + 4 <= pairs; k += 4) step(k, 0), step(k + 1, 1), step(k + 2, 2), step(k + 3, 3);
+  for (; k < pairs; ++k) step(k, 0);
+  _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j) _mm512_storeu_ps(
+      y + j * y_stride,
+      _mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]), _mm512_add_ps(acc[j][2], acc[j][3])));
+}
+
+// Whole groups [first, last) rows of the panels against n_tokens < kBf16PackedMinTokens tokens,
+// activations rounded to bf16 pairs once per call into a per-thread buffer.
+inline void bf16_x16_dot_rows(const std::uint32_t* panels, std::size_t rows, std::size_t cols,
+                              const float* x, std::size_t n_tokens, float* y, std::size_t first,
+                              std::size_t last) {
+  const std::size_t pairs = cols / 2;
+  thread_local AlignedBuffer<std::uint32_t> xpairs;  // [n_tokens][pairs]
+  if (xpairs.size() < n_tokens * pairs) xpairs = AlignedBuffer<std::uint32_t>(n_tokens * pairs);
+  for (std::size_t t = 0; t < n_tokens; ++t)
+    round_to_bf16_pairs(x + t * cols, cols, xpairs.data() + t * pairs);
+  for (std::size_t r = first; r < last; r += 16) {
+    const std::uint32_t* group = panels + r / 16 * bf16_x16_group_dwords(cols);
+    std::size_t t = 0;
+    for (; t + 4 <= n_tokens; t += 4)
+      bf16_x16_dot_tile<4>(group, pairs, xpairs.data() + t * pairs, y + t * rows + r, rows);
+    const std::uint32_t* xt = xpairs.data() + t * pairs;
+    switch (n_tokens - t) {
+      case 3: bf16_x16_dot_tile<3>(group, pairs, xt, y + t * rows + r, rows); break;
+      case 2: bf16_x16_dot_tile<2>(group, pairs, xt, y + t * rows + r, rows); break;
+      case 1: bf16_x16_dot_tile<1>(group, pairs, xt, y + t * rows + r, rows); break;
+      default: break;
+    }
+  }
+}
+
+// The same for weights repacked into 16-row pair panels (DType::bf16_x16), which are the GEMM's
+// panels already: no packing; under kBf16PackedMinTokens tokens (decode) the panels' dot tile.
+// Rows outside whole groups take the float-activation kernel (matmul_bf16_x16).
+inline void matmul_bf16_x16_dot(const void* weights, std::size_t rows, std::size_t cols,
+                                const float* x, std::size_t n_tokens, float* y,
+                                std::size_t row_begin, std::size_t row_end) {
+  const auto* panels = static_cast<const std::uint32_t*>(weights);
+  const std::size_t first = (row_begin + 15) / 16 * 16, last = row_end / 16 * 16;
+  if (first >= last)
+    return avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, row_begin, row_end);
+  if (row_begin < first)
+    avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, row_begin, first);
+  if (n_tokens < kBf16PackedMinTokens)
+    bf16_x16_dot_rows(panels, rows, cols, x, n_tokens, y, first, last);
+  else
+    gemm_bf16_panels(rows, cols, x, n_tokens, y, first, (last - first) / 16,
+                     [&](std::size_t r, std::size_t c0, std::size_t, std::size_t,
+                         std::uint32_t*) -> const std::uint32_t* {
+                       return panels + r / 16 * bf16_x16_group_dwords(cols) + c0 / 2 * 16;
+                     });
+  if (last < row_end) avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, last, row_end);
 }

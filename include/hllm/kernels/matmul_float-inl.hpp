@@ -184,12 +184,35 @@ inline void gemm_float_packed(const W* w, std::size_t rows, std::size_t cols, co
 }
 #endif
 
+// The register tiles over rows [row_begin, row_end) of y: [n_tokens][rows], with w_rows pointing
+// at row row_begin's weights (rows `cols` apart: the matrix itself, or a copy of some of its
+// rows).   w_rows: [row_end − row_begin][cols], x: [n_tokens][cols]
+template <class W>
+inline void matmul_row_tiles(const W* w_rows, std::size_t rows, std::size_t cols, const float* x,
+                             std::size_t n_tokens, float* y, std::size_t row_begin,
+                             std::size_t row_end) {
+  constexpr std::size_t kRows = 4, kTokens = 4;
+  const auto row = [&](std::size_t r) { return w_rows + (r - row_begin) * cols; };
+  std::size_t t = 0;
+  for (; t + kTokens <= n_tokens; t += kTokens) {
+    std::size_t r = row_begin;
+    for (; r + kRows <= row_end; r += kRows)
+      matmul_tile<kRows, kTokens>(row(r), cols, x + t * cols, y + t * rows + r, rows);
+    for (; r < row_end; ++r)
+      matmul_tile<1, kTokens>(row(r), cols, x + t * cols, y + t * rows + r, rows);
+  }
+  // Remaining tokens one at a time (decode is this loop alone), one weight row at a time: a
+  // single sequential stream reads memory fastest (see matmul_quant).
+  for (; t < n_tokens; ++t)
+    for (std::size_t r = row_begin; r < row_end; ++r)
+      matmul_tile<1, 1>(row(r), cols, x + t * cols, y + t * rows + r, rows);
+}
+
 // w: [rows][cols], x: [n_tokens][cols], y: [n_tokens][rows]; computes rows [row_begin, row_end).
 template <class W>
 inline void matmul_float(const W* w, std::size_t rows, std::size_t cols, const float* x,
                          std::size_t n_tokens, float* y, std::size_t row_begin,
                          std::size_t row_end) {
-  constexpr std::size_t kRows = 4, kTokens = 4;
 #if HLLM_ISA_LEVEL == 2
   // Batches (prefill) take the packed panels, whole 16-row groups; leftover rows the tiles.
   if (n_tokens >= kFloatPackedMinTokens) {
@@ -199,19 +222,7 @@ inline void matmul_float(const W* w, std::size_t rows, std::size_t cols, const f
     if (row_begin == row_end) return;
   }
 #endif
-  std::size_t t = 0;
-  for (; t + kTokens <= n_tokens; t += kTokens) {
-    std::size_t r = row_begin;
-    for (; r + kRows <= row_end; r += kRows)
-      matmul_tile<kRows, kTokens>(w + r * cols, cols, x + t * cols, y + t * rows + r, rows);
-    for (; r < row_end; ++r)
-      matmul_tile<1, kTokens>(w + r * cols, cols, x + t * cols, y + t * rows + r, rows);
-  }
-  // Remaining tokens one at a time (decode is this loop alone), one weight row at a time: a
-  // single sequential stream reads memory fastest (see matmul_quant).
-  for (; t < n_tokens; ++t)
-    for (std::size_t r = row_begin; r < row_end; ++r)
-      matmul_tile<1, 1>(w + r * cols, cols, x + t * cols, y + t * rows + r, rows);
+  matmul_row_tiles(w + row_begin * cols, rows, cols, x, n_tokens, y, row_begin, row_end);
 }
 
 inline void matmul_f32(const void* w, std::size_t rows, std::size_t cols, const float* x,

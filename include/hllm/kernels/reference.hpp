@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hllm/core/bf16_panels.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/kv_element.hpp"
@@ -161,9 +162,15 @@ void dequantize_interleaved_row(const WeightTensor& w, std::size_t row, float* o
     dequantize_block(block_at(groups, blocks, row, b), out + b * BlockElements);
 }
 
-// Row `row` of a quantized weight as float32; false if w.type is not a quantized type.
+// Row `row` of a quantized or load-time repacked weight as float32; false for any other type.
 inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, float* out) {
   switch (w.type) {
+    case DType::bf16_x16: {
+      const auto* panels = static_cast<const bf16*>(w.data);
+      for (std::size_t c = 0; c < w.cols; ++c)
+        out[c] = to_float(panels[bf16_x16_index(w.cols, row, c)]);
+      return true;
+    }
     case DType::q8_0_x8: dequantize_interleaved_row<BlockQ8_0, kQK8_0>(w, row, out); return true;
     case DType::q4_0_x8: dequantize_interleaved_row<BlockQ4_0, kQK4_0>(w, row, out); return true;
     case DType::q4_k_x8: dequantize_interleaved_row<BlockQ4_K, kQK_K>(w, row, out); return true;
@@ -192,6 +199,7 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
     case DType::q4_0_x8:
     case DType::q4_k_x8:
     case DType::q6_k_x8:
+    case DType::bf16_x16:
     case DType::q4_1:
     case DType::q4_k:
     case DType::q5_k:

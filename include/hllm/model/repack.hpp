@@ -1,14 +1,16 @@
 #pragma once
 // Load-time repacking of a model's Q4_0, Q8_0, Q4_K and Q6_K projection weights into 8-row
-// interleaved groups (Interleaved8, DType::q4_0_x8 / q8_0_x8 / q4_k_x8 / q6_k_x8). Decode reads
+// interleaved groups (Interleaved8, DType::q4_0_x8 / q8_0_x8 / q4_k_x8 / q6_k_x8), and of BF16
+// ones into 16-row column-pair panels (DType::bf16_x16, core/bf16_panels.hpp). Decode reads
 // each weight once per token, and with the file's layout a kernel either streams one row at a time
 // (and redoes the activation and scale work per row) or reads 8 rows' streams at once (which
 // measured at half the read bandwidth here); the interleaved layout gives one sequential stream per
-// 8 rows. The token embedding (read a row at a time) is never interleaved, and the output
-// projection only where it runs on the 8-bit-activation kernels (at most 6-bit weights, e.g. the
-// Q6_K output of Q4_0 and Q4_K_M files; Llama::forward); an output on the exact path and the
-// projections of other types may be moved as they are into the same huge-page buffer
-// (RepackPlan::move_all).
+// 8 (16) rows. The BF16 panels are also the prefill GEMM's own, which then packs no weights. The
+// token embedding (read a row at a time) is never interleaved, and the output projection only
+// where it runs on the 8-bit-activation kernels (at most 6-bit weights, e.g. the Q6_K output of
+// Q4_0 and Q4_K_M files; Llama::forward) or is BF16 (the panels' float-activation kernel is
+// its exact path); an output on the exact path and the projections of other types may be
+// moved as they are into the same huge-page buffer (RepackPlan::move_all).
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -21,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "hllm/core/bf16_panels.hpp"
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/quant_blocks.hpp"
@@ -32,8 +35,10 @@
 namespace hllm {
 
 // The repacked type of a weight, or its own type when it has none (or rows are not a multiple
-// of 8, or the columns not of the block size).
+// of 8, 16 for BF16, or the columns not of the block size, or odd for BF16).
 inline DType interleaved_type(const WeightTensor& w) noexcept {
+  if (w.type == DType::bf16)
+    return w.rows % kBf16PanelRows == 0 && w.cols % 2 == 0 ? DType::bf16_x16 : w.type;
   if (w.rows % 8 != 0 || w.cols % 32 != 0) return w.type;
   switch (w.type) {
     case DType::q4_0: return DType::q4_0_x8;
@@ -102,6 +107,9 @@ inline DType repack_tensor(const WeightTensor& w, void* out) {
   else if (repacked == DType::q6_k_x8)
     interleave_rows8(static_cast<const BlockQ6_K*>(w.data), w.rows, w.cols / kQK_K,
                      static_cast<BlockQ6_Kx8*>(out));
+  else if (repacked == DType::bf16_x16)
+    interleave_bf16_rows16(static_cast<const bf16*>(w.data), w.rows, w.cols,
+                           static_cast<std::uint32_t*>(out));
   else
     throw Error(ErrorKind::internal, dtype_name(w.type) + " has no repacked layout", {}, w.name);
   return repacked;
@@ -119,17 +127,16 @@ inline bool huge_pages_available() {
 // What repack_weights does to the projection weights (the blocks' attention and feed-forward
 // matrices and an untied output matrix; never the embedding).
 struct RepackPlan {
-  bool interleave = false;  // Q4_0/Q8_0/Q4_K/Q6_K matrices become *_X8 (the output: see above)
+  bool interleave = false;  // Q4_0/Q8_0/Q4_K/Q6_K become *_X8, BF16 BF16_X16 (output: see above)
   bool move_all = false;    // every other projection is copied over as it is, for the huge pages
 };
 
 // Moves the projection weights that `plan` names into one new huge-page buffer (which
-// weights.repacked_storage then owns) and points the views at it. An output projection of Q8_0
-// or a float type keeps its layout: it runs on the exact, dequantizing path (Llama::forward),
-// which reads rows one at a time. release_source: the
-// source bytes are this process's private file mapping, whose pages are dropped tensor by
-// tensor (see detail::release_mapped_pages), so the peak resident size grows by about one
-// tensor, not by the total.
+// weights.repacked_storage then owns) and points the views at it. An output projection of Q8_0,
+// F32 or F16 keeps its layout: it runs on the exact, dequantizing path (Llama::forward), which
+// reads rows one at a time. release_source: the source bytes are this process's private file
+// mapping, whose pages are dropped tensor by tensor (see detail::release_mapped_pages), so the peak
+// resident size grows by about one tensor, not by the total.
 inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_source) {
   struct Target {
     WeightTensor* w;
@@ -144,7 +151,8 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
     for (WeightTensor* w : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.ffn.gate,
                             &layer.ffn.up, &layer.ffn.down})
       consider(*w, true);
-  consider(weights.output, is_at_most_6_bit(weights.output.type));
+  consider(weights.output,
+           is_at_most_6_bit(weights.output.type) || weights.output.type == DType::bf16);
   if (targets.empty()) return;
 
   // Bytes of a target in its new type (a repacked Q4_K is 148/144 of the file's).
