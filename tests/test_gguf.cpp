@@ -218,16 +218,18 @@ TEST_P(FixtureLogits, FastPathIsAsCloseAsLlamaCpp) {
   hllm::GgufModel m = hllm::load_gguf_model(fixture(type));
   // Loaded as users load it (Repack::automatic): on VNNI CPUs an output matrix of at most 6 bits
   // (the Q6_K output of the Q4_0, Q4_K_M and Q6_K fixtures) is interleaved, so the fast path
-  // below runs it on the interleaved 8-bit kernels, and a BF16 one (the BF16 fixture's) goes
-  // into 16-row panels, which its exact path reads.
+  // below runs it on the interleaved 8-bit kernels; on AVX512-BF16 CPUs a BF16 one (the BF16
+  // fixture's) goes into 16-row panels, which its exact path reads.
   const hllm::WeightTensor& output = m.weights.output;
   const hllm::DType output_file_type = hllm::file_type_of(output.type);
-  EXPECT_EQ(output.type != output_file_type,
-            hllm::kernels::active().prefers_interleaved &&
-                (hllm::is_at_most_6_bit(output.type) || output_file_type == DType::bf16) &&
-                hllm::interleaved_type(
-                    {hllm::file_type_of(output.type), nullptr, output.rows, output.cols, {}}) !=
-                    hllm::file_type_of(output.type));
+  const hllm::RepackPlan plan = hllm::automatic_plan(hllm::kernels::active());
+  EXPECT_EQ(
+      output.type != output_file_type,
+      (output_file_type == DType::bf16 ? plan.bf16_panels
+                                       : plan.interleave && hllm::is_at_most_6_bit(output.type)) &&
+          hllm::interleaved_type(
+              {hllm::file_type_of(output.type), nullptr, output.rows, output.cols, {}}) !=
+              hllm::file_type_of(output.type));
   const hllm::Llama<> model(m.config, m.weights);
   const auto tokens = fixture_tokens();
   const auto exact = read_f32_file(kFixtures + "/fx-gqa-" + type + ".exact-logits.f32");

@@ -127,8 +127,9 @@ inline bool huge_pages_available() {
 // What repack_weights does to the projection weights (the blocks' attention and feed-forward
 // matrices and an untied output matrix; never the embedding).
 struct RepackPlan {
-  bool interleave = false;  // Q4_0/Q8_0/Q4_K/Q6_K become *_X8, BF16 BF16_X16 (output: see above)
-  bool move_all = false;    // every other projection is copied over as it is, for the huge pages
+  bool interleave = false;   // Q4_0/Q8_0/Q4_K/Q6_K matrices become *_X8 (the output: see above)
+  bool move_all = false;     // every other projection is copied over as it is, for the huge pages
+  bool bf16_panels = false;  // BF16 matrices become BF16_X16 (the output too)
 };
 
 // Moves the projection weights that `plan` names into one new huge-page buffer (which
@@ -144,7 +145,8 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
   };
   std::vector<Target> targets;
   const auto consider = [&](WeightTensor& w, bool may_interleave) {
-    const DType to = plan.interleave && may_interleave ? interleaved_type(w) : w.type;
+    const bool wanted = w.type == DType::bf16 ? plan.bf16_panels : plan.interleave;
+    const DType to = wanted && may_interleave ? interleaved_type(w) : w.type;
     if (!w.empty() && (to != w.type || plan.move_all)) targets.push_back({&w, to});
   };
   for (LayerWeights& layer : weights.layers)
@@ -180,17 +182,23 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
   weights.repacked_storage = std::move(storage);
 }
 
+// What Repack::automatic does for a session running `table`: interleave the quantized types where
+// its kernels prefer it (VNNI), put BF16 into panels where its GEMM reads them in place
+// (AVX512-BF16; elsewhere the file layout's packed FP32 GEMM is faster for prefill), move
+// the rest where the kernel grants huge pages.
+inline RepackPlan automatic_plan(const kernels::KernelTable& table) {
+  return {table.prefers_interleaved, huge_pages_available(), table.matmul_bf16_x16_dot != nullptr};
+}
+
 // Applies options.repack (see Repack). release_source: the weights are views into this
 // process's own file mapping.
 inline void repack_weights(ModelWeights& weights, const LoadOptions& options, bool release_source) {
   switch (options.repack) {
     case Repack::never: return;
-    case Repack::always: return repack_weights(weights, {true, true}, release_source);
+    case Repack::always: return repack_weights(weights, {true, true, true}, release_source);
     case Repack::automatic:
       // Borrowed memory stays where it is: copying it would double it.
-      if (release_source)
-        repack_weights(weights, {kernels::active().prefers_interleaved, huge_pages_available()},
-                       true);
+      if (release_source) repack_weights(weights, automatic_plan(kernels::active()), true);
       return;
   }
 }
