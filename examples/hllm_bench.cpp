@@ -635,16 +635,15 @@ int main(int argc, char** argv) {
     // auto: interleave for the ISA the session will run (--isa may differ from this process's
     // best), move into huge pages where the kernel grants them.
     const hllm::Isa run_isa = o.isa.value_or(hllm::kernels::active().isa);
-    const hllm::RepackPlan plan = o.repack == "always" ? hllm::RepackPlan{true, true, true}
-                                  : o.repack == "auto"
-                                      ? hllm::automatic_plan(hllm::kernels::table_for(run_isa))
-                                      : hllm::RepackPlan{};
+    const hllm::Repack mode = o.repack == "always" ? hllm::Repack::always
+                              : o.repack == "auto" ? hllm::Repack::automatic
+                                                   : hllm::Repack::never;
+    const hllm::RepackPlan plan = hllm::repack_plan(mode, hllm::kernels::table_for(run_isa));
     if (!o.model_path.empty()) {
       hllm::GgufModel loaded = hllm::load_gguf_model(o.model_path, {.repack = hllm::Repack::never});
       config = loaded.config;
       weights = std::move(loaded.weights);
-      if (plan.interleave || plan.move_all || plan.bf16_panels)
-        hllm::repack_weights(weights, plan, loaded.file->is_mapped());
+      hllm::repack_weights(weights, plan, loaded.file->is_mapped());
       model_name = o.model_path;
       type_name = hllm::dtype_name(hllm::file_type_of(weights.layers.at(0).wq.type));
     } else {
@@ -656,10 +655,10 @@ int main(int argc, char** argv) {
       }
       config = hllm::examples::synthetic_config(o.preset);
       weights = hllm::examples::synthetic_weights(config, type, 1);
-      // In memory, not a file mapping: the source stays (and so does its memory).
-      if (plan.interleave || plan.bf16_panels)
-        hllm::repack_weights(
-            weights, {.interleave = plan.interleave, .bf16_panels = plan.bf16_panels}, false);
+      // In memory, not a file mapping: the source stays (and so does its memory), so nothing is
+      // moved just for huge pages.
+      hllm::repack_weights(weights,
+                           {.interleave = plan.interleave, .bf16_panels = plan.bf16_panels}, false);
       model_name = o.preset + " (synthetic)";
       type_name = hllm::dtype_name(type);
     }

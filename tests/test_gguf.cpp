@@ -222,7 +222,7 @@ TEST_P(FixtureLogits, FastPathIsAsCloseAsLlamaCpp) {
   // fixture's) goes into 16-row panels, which its exact path reads.
   const hllm::WeightTensor& output = m.weights.output;
   const hllm::DType output_file_type = hllm::file_type_of(output.type);
-  const hllm::RepackPlan plan = hllm::automatic_plan(hllm::kernels::active());
+  const hllm::RepackPlan plan = hllm::repack_plan(hllm::Repack::automatic, hllm::kernels::active());
   EXPECT_EQ(
       output.type != output_file_type,
       (output_file_type == DType::bf16 ? plan.bf16_panels

@@ -52,14 +52,35 @@ double dot_error_bound(std::size_t n, double sum_abs) {
   return 2.0 * nu / (1.0 - nu) * sum_abs;
 }
 
+// Each of actual: [n][rows] within dot_error_bound of the reference product of w: [rows][cols]
+// (float, f16 or bf16) and x: [n][cols], plus Σ|w·x|·activation_rounding where the kernel rounded
+// its activations (2^-8 for bf16: |x − bf16(x)| <= 2^-8·|x|).
+template <class W>
+void expect_within_dot_bound(const std::vector<W>& w, const std::vector<float>& x,
+                             const std::vector<float>& actual, std::size_t rows, std::size_t cols,
+                             std::size_t n, double activation_rounding, const std::string& what) {
+  std::vector<float> expected(n * rows);
+  hllm::reference::matmul(w.data(), rows, cols, x.data(), n, expected.data());
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t r = 0; r < rows; ++r) {
+      double sum_abs = 0;
+      for (std::size_t c = 0; c < cols; ++c)
+        sum_abs += std::fabs(double(hllm::to_float(w[r * cols + c])) * x[t * cols + c]);
+      const double bound = dot_error_bound(cols, sum_abs) + sum_abs * activation_rounding;
+      const std::size_t i = t * rows + r;
+      ASSERT_LE(std::fabs(double(actual[i]) - expected[i]), bound)
+          << what << " rows " << rows << " cols " << cols << " tokens " << n << " at [" << t << "]["
+          << r << "]";
+    }
+}
+
 template <class W>
 void check_matmul(Isa isa, std::size_t rows, std::size_t cols, std::size_t n_tokens,
                   std::uint32_t seed) {
   const auto w_float = hllm::test::random_vector(rows * cols, seed);
   const auto w = to_type<W>(w_float);
   const auto x = hllm::test::random_vector(n_tokens * cols, seed + 1);
-  std::vector<float> expected(n_tokens * rows), actual(n_tokens * rows, NAN);
-  hllm::reference::matmul(w.data(), rows, cols, x.data(), n_tokens, expected.data());
+  std::vector<float> actual(n_tokens * rows, NAN);
   const auto& table = hllm::kernels::table_for(isa);
   const hllm::kernels::MatmulFn fn = table.matmul_for(hllm::WeightTensor::dtype_of<W>());
   ASSERT_NE(fn, nullptr);
@@ -67,16 +88,7 @@ void check_matmul(Isa isa, std::size_t rows, std::size_t cols, std::size_t n_tok
   const std::size_t split = rows / 2 | 1;
   fn(w.data(), rows, cols, x.data(), n_tokens, actual.data(), 0, std::min(split, rows));
   fn(w.data(), rows, cols, x.data(), n_tokens, actual.data(), std::min(split, rows), rows);
-  for (std::size_t t = 0; t < n_tokens; ++t)
-    for (std::size_t r = 0; r < rows; ++r) {
-      double sum_abs = 0;
-      for (std::size_t c = 0; c < cols; ++c)
-        sum_abs += std::fabs(double(hllm::to_float(w[r * cols + c])) * x[t * cols + c]);
-      const std::size_t i = t * rows + r;
-      ASSERT_LE(std::fabs(double(actual[i]) - expected[i]), dot_error_bound(cols, sum_abs))
-          << hllm::to_string(isa) << " rows " << rows << " cols " << cols << " tokens " << n_tokens
-          << " at [" << t << "][" << r << "]";
-    }
+  expect_within_dot_bound(w, x, actual, rows, cols, n_tokens, 0, hllm::to_string(isa));
 }
 
 class KernelIsa : public ::testing::TestWithParam<Isa> {
@@ -514,21 +526,11 @@ TEST(KernelAvx512Bf16, DotMatchesReferenceWithinActivationRounding) {
     const auto seed = static_cast<std::uint32_t>(rows * cols + n);
     const auto w = to_type<hllm::bf16>(hllm::test::random_vector(rows * cols, seed));
     const auto x = hllm::test::random_vector(n * cols, seed + 1);
-    std::vector<float> expected(n * rows), actual(n * rows, NAN);
-    hllm::reference::matmul(w.data(), rows, cols, x.data(), n, expected.data());
+    std::vector<float> actual(n * rows, NAN);
     const std::size_t split = rows / 2 | 1;
     fn(w.data(), rows, cols, x.data(), n, actual.data(), 0, std::min(split, rows));
     fn(w.data(), rows, cols, x.data(), n, actual.data(), std::min(split, rows), rows);
-    for (std::size_t t = 0; t < n; ++t)
-      for (std::size_t r = 0; r < rows; ++r) {
-        double sum_abs = 0;
-        for (std::size_t c = 0; c < cols; ++c)
-          sum_abs += std::fabs(double(hllm::to_float(w[r * cols + c])) * x[t * cols + c]);
-        const double bound = dot_error_bound(cols, sum_abs) + sum_abs * std::ldexp(1.0, -8);
-        ASSERT_LE(std::fabs(double(actual[t * rows + r]) - expected[t * rows + r]), bound)
-            << "rows " << rows << " cols " << cols << " tokens " << n << " at [" << t << "][" << r
-            << "]";
-      }
+    expect_within_dot_bound(w, x, actual, rows, cols, n, std::ldexp(1.0, -8), "avx512_bf16");
   }
 }
 
@@ -585,26 +587,17 @@ TEST(Bf16Panels, RepackedLayoutReadsBackEveryElement) {
   EXPECT_EQ(hllm::interleaved_type({hllm::DType::bf16, &one, 32, 63, "w"}), hllm::DType::bf16);
 }
 
-// |kernel − reference| within the float summation bound (plus Σ|w·x|·2^-8 where activations
-// were rounded to bf16), for rows [0, split) and [split, rows) computed in two calls.
+// The kernel on the panels within the derived bound (activations_rounded: bf16 activations),
+// for rows [0, split) and [split, rows) computed in two calls.
 void expect_bf16_product(const Bf16Panels& p, hllm::kernels::MatmulFn fn, std::size_t rows,
                          std::size_t cols, std::size_t n, std::size_t split,
                          bool activations_rounded, const std::string& what) {
-  std::vector<float> expected(n * rows), actual(n * rows, NAN);
-  hllm::reference::matmul(p.rows.data(), rows, cols, p.x.data(), n, expected.data());
+  std::vector<float> actual(n * rows, NAN);
   fn(p.panels.data(), rows, cols, p.x.data(), n, actual.data(), 0, split);
   fn(p.panels.data(), rows, cols, p.x.data(), n, actual.data(), split, rows);
-  for (std::size_t t = 0; t < n; ++t)
-    for (std::size_t r = 0; r < rows; ++r) {
-      double sum_abs = 0;
-      for (std::size_t c = 0; c < cols; ++c)
-        sum_abs += std::fabs(double(hllm::to_float(p.rows[r * cols + c])) * p.x[t * cols + c]);
-      const double bound = dot_error_bound(cols, sum_abs) +
-                           (activations_rounded ? sum_abs * std::ldexp(1.0, -8) : 0);
-      ASSERT_LE(std::fabs(double(actual[t * rows + r]) - expected[t * rows + r]), bound)
-          << what << " rows " << rows << " cols " << cols << " tokens " << n << " split " << split
-          << " at [" << t << "][" << r << "]";
-    }
+  expect_within_dot_bound(p.rows, p.x, actual, rows, cols, n,
+                          activations_rounded ? std::ldexp(1.0, -8) : 0,
+                          what + " split " + std::to_string(split));
 }
 
 // The float-activation kernel (exact path and decode): AVX-512 reads whole groups in place,

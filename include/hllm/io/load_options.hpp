@@ -14,7 +14,7 @@ namespace hllm {
 enum class Repack {
   // For a model mapped from a file: interleave where this process's kernels (kernels::active())
   // prefer it (VNNI for the quantized types, AVX512-BF16 for BF16 panels), move the rest where
-  // the kernel grants huge pages (automatic_plan in model/repack.hpp). Memory the caller lent
+  // the kernel grants huge pages (repack_plan in model/repack.hpp). Memory the caller lent
   // (gguf::File::from_memory) is left in place.
   automatic,
   never,   // every weight stays in the file's layout, in place in the mapping

@@ -39,24 +39,25 @@ inline void pack_bf16_pairs(const bf16* src, std::size_t stride, std::size_t val
   }
 }
 
+// The first `elements` <= 32 floats of x rounded to bf16 (round to nearest even) as 16 pairs,
+// in order; pairs past the end are zeros.
+inline __m512i bf16_pairs(const float* x, std::size_t elements) {
+  const __mmask16 lo = VecF32::mask(std::min<std::size_t>(16, elements));
+  const __mmask16 hi = elements > 16 ? VecF32::mask(elements - 16) : 0;
+  // cvtne2ps_pbh puts its second operand's 16 values first.
+  return reinterpret_cast<__m512i>(
+      _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, x + 16), _mm512_maskz_loadu_ps(lo, x)));
+}
+
 // The same for float activations, rounded to bf16 on the way.
 inline void pack_float_pairs(const float* src, std::size_t stride, std::size_t valid_rows,
                              std::size_t cols, std::size_t pairs, std::uint32_t* out) {
   __m512 r[16];
   for (std::size_t k = 0; k < pairs; k += 16) {
     const std::size_t elements = std::min<std::size_t>(32, cols - 2 * k);
-    const __mmask16 lo = VecF32::mask(std::min<std::size_t>(16, elements));
-    const __mmask16 hi = elements > 16 ? VecF32::mask(elements - 16) : 0;
-    _Pragma("GCC unroll 16") for (std::size_t i = 0; i < 16; ++i) {
-      if (i >= valid_rows) {
-        r[i] = _mm512_setzero_ps();
-        continue;
-      }
-      const float* row = src + i * stride + 2 * k;
-      // cvtne2ps_pbh puts its second operand's 16 values first.
-      r[i] = _mm512_castsi512_ps(reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
-          _mm512_maskz_loadu_ps(hi, row + 16), _mm512_maskz_loadu_ps(lo, row))));
-    }
+    _Pragma("GCC unroll 16") for (std::size_t i = 0; i < 16; ++i) r[i] =
+        i >= valid_rows ? _mm512_setzero_ps()
+                        : _mm512_castsi512_ps(bf16_pairs(src + i * stride + 2 * k, elements));
     transpose16x16(r);
     const std::size_t width = std::min<std::size_t>(16, pairs - k);
     for (std::size_t c = 0; c < width; ++c)
@@ -153,11 +154,7 @@ inline void matmul_bf16_dot(const void* weights, std::size_t rows, std::size_t c
 inline void round_to_bf16_pairs(const float* x, std::size_t cols, std::uint32_t* out) {
   for (std::size_t c = 0; c < cols; c += 32) {
     const std::size_t n = std::min<std::size_t>(32, cols - c);
-    const __mmask16 lo = VecF32::mask(std::min<std::size_t>(16, n)),
-                    hi = n > 16 ? VecF32::mask(n - 16) : 0;
-    const __m512i pairs = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
-        _mm512_maskz_loadu_ps(hi, x + c + 16), _mm512_maskz_loadu_ps(lo, x + c)));
-    _mm512_mask_storeu_epi32(out + c / 2, VecF32::mask((n + 1) / 2), pairs);
+    _mm512_mask_storeu_epi32(out + c / 2, VecF32::mask((n + 1) / 2), bf16_pairs(x + c, n));
   }
 }
 
@@ -197,16 +194,10 @@ inline void bf16_x16_dot_rows(const std::uint32_t* panels, std::size_t rows, std
     round_to_bf16_pairs(x + t * cols, cols, xpairs.data() + t * pairs);
   for (std::size_t r = first; r < last; r += 16) {
     const std::uint32_t* group = panels + r / 16 * bf16_x16_group_dwords(cols);
-    std::size_t t = 0;
-    for (; t + 4 <= n_tokens; t += 4)
-      bf16_x16_dot_tile<4>(group, pairs, xpairs.data() + t * pairs, y + t * rows + r, rows);
-    const std::uint32_t* xt = xpairs.data() + t * pairs;
-    switch (n_tokens - t) {
-      case 3: bf16_x16_dot_tile<3>(group, pairs, xt, y + t * rows + r, rows); break;
-      case 2: bf16_x16_dot_tile<2>(group, pairs, xt, y + t * rows + r, rows); break;
-      case 1: bf16_x16_dot_tile<1>(group, pairs, xt, y + t * rows + r, rows); break;
-      default: break;
-    }
+    avx512::for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
+      bf16_x16_dot_tile<k_tokens()>(group, pairs, xpairs.data() + t * pairs, y + t * rows + r,
+                                    rows);
+    });
   }
 }
 

@@ -37,19 +37,12 @@ inline void bf16_x16_group_tile(const std::uint32_t* group, std::size_t cols, co
       _mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]), _mm512_add_ps(acc[j][2], acc[j][3])));
 }
 
-// Every token against one whole group: four tokens at a time (one weight load feeds eight
-// FMAs), then the rest.   y: [n_tokens][rows] from the group's first row
+// Every token against one whole group.   y: [n_tokens][rows] from the group's first row
 inline void bf16_x16_group(const std::uint32_t* group, std::size_t rows, std::size_t cols,
                            const float* x, std::size_t n_tokens, float* y) {
-  std::size_t t = 0;
-  for (; t + 4 <= n_tokens; t += 4)
-    bf16_x16_group_tile<4>(group, cols, x + t * cols, y + t * rows, rows);
-  switch (n_tokens - t) {
-    case 3: return bf16_x16_group_tile<3>(group, cols, x + t * cols, y + t * rows, rows);
-    case 2: return bf16_x16_group_tile<2>(group, cols, x + t * cols, y + t * rows, rows);
-    case 1: return bf16_x16_group_tile<1>(group, cols, x + t * cols, y + t * rows, rows);
-    default: return;
-  }
+  for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
+    bf16_x16_group_tile<k_tokens()>(group, cols, x + t * cols, y + t * rows, rows);
+  });
 }
 #endif
 

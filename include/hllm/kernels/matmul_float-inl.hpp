@@ -184,6 +184,21 @@ inline void gemm_float_packed(const W* w, std::size_t rows, std::size_t cols, co
 }
 #endif
 
+// Calls tile(k_tokens, t) for token tiles [t, t + k_tokens) covering [0, n_tokens): four tokens
+// at a time (one weight load feeds every token's accumulators), then one tile of the 1-3 left;
+// k_tokens is a std::integral_constant, so each tile keeps its accumulators in registers.
+template <class Tile>
+inline void for_token_tiles(std::size_t n_tokens, Tile&& tile) {
+  std::size_t t = 0;
+  for (; t + 4 <= n_tokens; t += 4) tile(std::integral_constant<std::size_t, 4>{}, t);
+  switch (n_tokens - t) {
+    case 3: return tile(std::integral_constant<std::size_t, 3>{}, t);
+    case 2: return tile(std::integral_constant<std::size_t, 2>{}, t);
+    case 1: return tile(std::integral_constant<std::size_t, 1>{}, t);
+    default: return;
+  }
+}
+
 // The register tiles over rows [row_begin, row_end) of y: [n_tokens][rows], with w_rows pointing
 // at row row_begin's weights (rows `cols` apart: the matrix itself, or a copy of some of its
 // rows).   w_rows: [row_end − row_begin][cols], x: [n_tokens][cols]
@@ -474,23 +489,12 @@ inline void matmul_dequant(const void* weights, std::size_t rows, std::size_t co
                            std::size_t row_end) {
   const Block* w = static_cast<const Block*>(weights);
   // Token counts are compile-time in each call so the accumulators stay in registers.
-  std::size_t t = 0;
-  for (; t + 4 <= n_tokens; t += 4)
-    dequant_rows<4, Block, kElements>(w, rows, cols, x + t * cols, y + t * rows, row_begin,
-                                      row_end);
-  switch (n_tokens - t) {
-    case 3:
-      dequant_rows<3, Block, kElements>(w, rows, cols, x + t * cols, y + t * rows, row_begin,
-                                        row_end);
-      break;
-    case 2:
-      dequant_rows<2, Block, kElements>(w, rows, cols, x + t * cols, y + t * rows, row_begin,
-                                        row_end);
-      break;
-    case 1:
+  for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
+    if constexpr (k_tokens() == 1)
       dequant_rows_decode<Block, kElements>(w, rows, cols, x + t * cols, y + t * rows, row_begin,
                                             row_end);
-      break;
-    default: break;
-  }
+    else
+      dequant_rows<k_tokens(), Block, kElements>(w, rows, cols, x + t * cols, y + t * rows,
+                                                 row_begin, row_end);
+  });
 }

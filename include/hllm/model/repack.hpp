@@ -182,25 +182,27 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
   weights.repacked_storage = std::move(storage);
 }
 
-// What Repack::automatic does for a session running `table`: interleave the quantized types where
-// its kernels prefer it (VNNI), put BF16 into panels where its GEMM reads them in place
-// (AVX512-BF16; elsewhere the file layout's packed FP32 GEMM is faster for prefill), move
-// the rest where the kernel grants huge pages.
-inline RepackPlan automatic_plan(const kernels::KernelTable& table) {
-  return {table.prefers_interleaved, huge_pages_available(), table.matmul_bf16_x16_dot != nullptr};
+// What a Repack mode does for a session running `table`. automatic: interleave the quantized
+// types where its kernels prefer it (VNNI), put BF16 into panels where its GEMM reads them in
+// place (AVX512-BF16; elsewhere the file layout's packed FP32 GEMM is faster for prefill), move
+// the rest where the kernel grants huge pages; always: all of it; never: nothing.
+inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table) {
+  switch (mode) {
+    case Repack::automatic:
+      return {table.prefers_interleaved, huge_pages_available(),
+              table.matmul_bf16_x16_dot != nullptr};
+    case Repack::always: return {true, true, true};
+    case Repack::never: break;
+  }
+  return {};
 }
 
 // Applies options.repack (see Repack). release_source: the weights are views into this
-// process's own file mapping.
+// process's own file mapping; borrowed memory is repacked only when asked (always): copying it
+// would double it.
 inline void repack_weights(ModelWeights& weights, const LoadOptions& options, bool release_source) {
-  switch (options.repack) {
-    case Repack::never: return;
-    case Repack::always: return repack_weights(weights, {true, true, true}, release_source);
-    case Repack::automatic:
-      // Borrowed memory stays where it is: copying it would double it.
-      if (release_source) repack_weights(weights, automatic_plan(kernels::active()), true);
-      return;
-  }
+  if (options.repack == Repack::automatic && !release_source) return;
+  repack_weights(weights, repack_plan(options.repack, kernels::active()), release_source);
 }
 
 }  // namespace hllm
