@@ -30,6 +30,17 @@ std::vector<T> convert(const std::vector<float>& v) {
   return out;
 }
 
+// The counters of every matmul benchmark: FLOP/s (2·rows·cols·n per call) and, where
+// weight_bytes is given, the weights' bytes per second.
+void set_matmul_counters(benchmark::State& state, std::size_t weight_bytes, std::size_t rows,
+                         std::size_t cols, std::size_t n) {
+  const double iterations = static_cast<double>(state.iterations());
+  if (weight_bytes > 0)
+    state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(weight_bytes)));
+  state.counters["FLOP/s"] =
+      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
+}
+
 // y[n][rows] = x[n][cols] · W^T for W [rows][cols] of element type T, single-threaded, on the
 // kernels of one ISA (Args: isa (0 scalar reference loop, 1 avx2, 2 avx512), rows, cols,
 // n_tokens). Batch 1 is a matvec and reports weight GB/s; every run reports FLOP/s
@@ -65,10 +76,7 @@ void BM_Matmul(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(isa == hllm::Isa::scalar ? "reference" : hllm::to_string(isa));
-  const double iterations = static_cast<double>(state.iterations());
-  state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(rows * cols * sizeof(T))));
-  state.counters["FLOP/s"] =
-      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
+  set_matmul_counters(state, rows * cols * sizeof(T), rows, cols, n);
 }
 // Real shapes: q/o projection, gate/up, down, the output head; batch 1 (decode) and 64.
 void matmul_shapes(benchmark::internal::Benchmark* b) {
@@ -103,9 +111,7 @@ void BM_MatmulBf16Dot(benchmark::State& state) {
     fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["FLOP/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * double(rows * cols * n),
-                         benchmark::Counter::kIsRate);
+  set_matmul_counters(state, 0, rows, cols, n);
 }
 BENCHMARK(BM_MatmulBf16Dot)
     ->Args({2048, 2048, 512})
@@ -138,10 +144,7 @@ void BM_MatmulBf16Panels(benchmark::State& state) {
     fn(panels.data(), rows, cols, x.data(), n, y.data(), 0, rows);
     benchmark::DoNotOptimize(y.data());
   }
-  const double iterations = static_cast<double>(state.iterations());
-  state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(panels.size())));
-  state.counters["FLOP/s"] =
-      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
+  set_matmul_counters(state, panels.size(), rows, cols, n);
 }
 void bf16_panel_shapes(benchmark::internal::Benchmark* b) {
   for (int exact : {0, 1})
@@ -205,10 +208,7 @@ void BM_QuantMatmul(benchmark::State& state) {
   }
   state.SetLabel(std::string(hllm::to_string(isa)) +
                  (isa == hllm::Isa::avx512 && hllm::cpu_features().avx512_vnni ? "+vnni" : ""));
-  const double iterations = static_cast<double>(state.iterations());
-  state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(w.size())));
-  state.counters["FLOP/s"] =
-      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
+  set_matmul_counters(state, w.size(), rows, cols, n);
 }
 void quant_matmul_shapes(benchmark::internal::Benchmark* b) {
   for (int isa : {1, 2}) {
@@ -247,10 +247,7 @@ void BM_ExactQuantMatmul(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(hllm::to_string(isa));
-  const double iterations = static_cast<double>(state.iterations());
-  state.SetBytesProcessed(static_cast<std::int64_t>(iterations * double(w.size())));
-  state.counters["FLOP/s"] =
-      benchmark::Counter(iterations * 2.0 * double(rows * cols * n), benchmark::Counter::kIsRate);
+  set_matmul_counters(state, w.size(), rows, cols, n);
 }
 void exact_quant_matmul_shapes(benchmark::internal::Benchmark* b) {
   for (int isa : {1, 2})
