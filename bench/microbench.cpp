@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -185,17 +186,17 @@ void BM_QuantMatmul(benchmark::State& state) {
   if (!matmul_shape(state, shape)) return;
   const auto [isa, rows, cols, n] = shape;
   const auto& table = hllm::kernels::table_for(isa);
-  // The repacked types: the file type's bytes, repacked as a loader would.
+  // The repacked types: the file type's bytes, repacked as a loader would (and, as a loader
+  // places them, 64-byte aligned: the file's layout has no alignment to keep).
   constexpr hllm::DType kFileType = hllm::file_type_of(kType);
-  auto w = kFileType == hllm::DType::q4_k || kFileType == hllm::DType::q6_k
-               ? random_k_quant(kFileType, rows * cols)
-               : hllm::quant::quantize(kFileType, random_floats(rows * cols, 1));
-  if constexpr (kType != kFileType) {
-    const auto file_layout = w;
-    const hllm::WeightTensor source{kFileType, file_layout.data(), rows, cols, "w"};
-    w.resize(hllm::WeightTensor{kType, nullptr, rows, cols, "w"}.bytes());
-    hllm::repack_tensor(source, w.data());
-  }
+  const auto file_layout = kFileType == hllm::DType::q4_k || kFileType == hllm::DType::q6_k
+                               ? random_k_quant(kFileType, rows * cols)
+                               : hllm::quant::quantize(kFileType, random_floats(rows * cols, 1));
+  hllm::AlignedBuffer<std::byte> w(hllm::WeightTensor{kType, nullptr, rows, cols, "w"}.bytes());
+  if constexpr (kType != kFileType)
+    hllm::repack_tensor({kFileType, file_layout.data(), rows, cols, "w"}, kType, w.data());
+  else
+    std::memcpy(w.data(), file_layout.data(), w.size());
   const auto x = random_floats(n * cols, 2);
   std::vector<hllm::BlockQ8Act> xq(n * cols / 32);
   for (std::size_t t = 0; t < n; ++t)
@@ -223,6 +224,8 @@ BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0_x8>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0_x16>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0_x16>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k>)->Apply(quant_matmul_shapes);

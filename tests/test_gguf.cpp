@@ -894,15 +894,15 @@ TEST(GgufCorrupt, HugeTensorClaimIsRefusedAgainstTheFileSize) {
                            "tensor type id 65538 is not supported");
 }
 
-// Load-time repacking (LoadOptions::repack): the blocks' Q4_0/Q8_0 projections become 8-row
-// interleaved groups and BF16 ones 16-row panels, every other projection is moved as it is into
-// the new buffer (the output too, unless it is of at most 6 bits or BF16 and has whole groups:
-// its 97 rows here have not; the fixture tests run interleaved Q6_K and BF16 outputs), the
-// embedding stays. Every ISA runs the repacked model: the quantized exact path bit for bit like
-// the file's layout (same dequantized blocks, same order), the integer path and every BF16 path
-// within the float summation bound of the kernel tests (another order of float additions;
-// BF16's tests show its GEMM bit-identical on whole groups); moved F16 weights give identical
-// results on every path.
+// Load-time repacking (LoadOptions::repack): the blocks' Q4_0/Q8_0 projections become 16-row
+// panels or 8-row interleaved groups (whichever their shape allows) and BF16 ones 16-row panels,
+// every other projection is moved as it is into the new buffer (the output too, unless it is of at
+// most 6 bits or BF16 and has whole groups: its 97 rows here have not; the fixture tests run
+// interleaved Q6_K and BF16 outputs), the embedding stays. Every ISA runs the repacked model: the
+// quantized exact path bit for bit like the file's layout (same dequantized blocks, same order),
+// the integer path and every BF16 path within the float summation bound of the kernel tests
+// (another order of float additions; BF16's tests show its GEMM bit-identical on whole groups);
+// moved F16 weights give identical results on every path.
 TEST(GgufModelLoad, RepackedWeightsGiveTheFileLayoutsLogitsOnEveryIsa) {
   for (DType type : {DType::q4_0, DType::q8_0, DType::bf16, DType::f16}) {
     const auto bytes = tiny_model_bytes(type);
@@ -911,21 +911,30 @@ TEST(GgufModelLoad, RepackedWeightsGiveTheFileLayoutsLogitsOnEveryIsa) {
     // Borrowed memory is never copied unless asked.
     const hllm::GgufModel automatic = load_bytes(bytes);
     EXPECT_EQ(automatic.weights.layers[1].wq.data, plain.weights.layers[1].wq.data);
-    const DType interleaved = hllm::interleaved_type(plain.weights.layers[1].wq);
     const auto in_source = [&](const hllm::WeightTensor& w) {
       const auto* p = static_cast<const std::byte*>(w.data);
       return p >= bytes.data() && p < bytes.data() + bytes.size();
     };
-    for (const auto* w : {&packed.weights.layers[1].wq, &packed.weights.layers[1].wk,
-                          &packed.weights.layers[0].ffn.down}) {
-      EXPECT_EQ(w->type, interleaved) << w->name;
+    const auto& pl = plain.weights.layers;
+    const auto& pk = packed.weights.layers;
+    for (auto [from, w] : {std::pair{&pl[1].wq, &pk[1].wq},
+                           {&pl[1].wk, &pk[1].wk},
+                           {&pl[0].ffn.down, &pk[0].ffn.down}}) {
+      EXPECT_EQ(w->type, hllm::interleaved_type(*from)) << w->name;
       EXPECT_FALSE(in_source(*w)) << w->name;
+    }
+    // The tiny model has both shapes: Q4_0/Q8_0 16-row panels (wq: 64 × 64) and 8-row groups
+    // (ffn_down: 3 blocks per row).
+    if (type == DType::q4_0 || type == DType::q8_0) {
+      EXPECT_EQ(pk[1].wq.type, type == DType::q4_0 ? DType::q4_0_x16 : DType::q8_0_x16);
+      EXPECT_EQ(pk[0].ffn.down.type, type == DType::q4_0 ? DType::q4_0_x8 : DType::q8_0_x8);
     }
     EXPECT_EQ(packed.weights.output.type,
               hllm::is_at_most_6_bit(type) ? hllm::interleaved_type(plain.weights.output) : type);
     EXPECT_FALSE(in_source(packed.weights.output));
     EXPECT_EQ(packed.weights.token_embedding.type, type);
     EXPECT_TRUE(in_source(packed.weights.token_embedding));
+    const bool moved_only = hllm::interleaved_type(pl[1].wq) == type;  // F16: no repacked layout
     const hllm::Llama<> a(plain.config, plain.weights), b(packed.config, packed.weights);
     const std::vector<std::int32_t> tokens{3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
     for (hllm::Isa isa : hllm::test::supported_isas())
@@ -935,7 +944,7 @@ TEST(GgufModelLoad, RepackedWeightsGiveTheFileLayoutsLogitsOnEveryIsa) {
         const std::vector<float> from_file(la.begin(), la.end());
         const auto lb = sb.prefill(tokens, hllm::Logits::all);
         const std::vector<float> from_repacked(lb.begin(), lb.end());
-        if ((exact && type != DType::bf16) || interleaved == type)
+        if ((exact && type != DType::bf16) || moved_only)
           EXPECT_EQ(from_file, from_repacked) << hllm::to_string(isa);
         else
           EXPECT_TRUE(hllm::test::all_close(from_file, from_repacked, 1e-4f))

@@ -261,11 +261,10 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
 
 // Weights of a file type repacked as a loader repacks them (hllm::repack_tensor).
 std::vector<std::byte> interleaved_bytes(hllm::DType file_type, const std::vector<std::byte>& bytes,
-                                         std::size_t rows, std::size_t cols) {
+                                         std::size_t rows, std::size_t cols, hllm::DType to) {
   const hllm::WeightTensor w{file_type, bytes.data(), rows, cols, "w"};
-  std::vector<std::byte> out(
-      hllm::WeightTensor{hllm::interleaved_type(w), {}, rows, cols, {}}.bytes());
-  hllm::repack_tensor(w, out.data());
+  std::vector<std::byte> out(hllm::WeightTensor{to, {}, rows, cols, {}}.bytes());
+  EXPECT_EQ(hllm::repack_tensor(w, to, out.data()), to);
   return out;
 }
 
@@ -277,7 +276,7 @@ std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, s
                                            std::uint32_t seed) {
   if (const hllm::DType file_type = hllm::file_type_of(type); file_type != type)
     return interleaved_bytes(file_type, random_weight_bytes(file_type, rows, cols, seed), rows,
-                             cols);
+                             cols, type);
   if (type == hllm::DType::q8_0 || type == hllm::DType::q4_0)
     return hllm::quant::quantize(type, hllm::test::random_vector(rows * cols, seed));
   std::mt19937 rng(seed);
@@ -467,18 +466,41 @@ TEST_P(KernelIsa, InterleavedQuantMatmulMatchesTwinAndExactWithinDerivedBounds) 
   }
 }
 
+// Q4_0/Q8_0 in 16-row panels of two block columns (Interleaved16): on VNNI CPUs whole groups
+// take decode_group16 (under 8 tokens) or the packed-panel GEMM, whose panels load straight
+// from them; other ISAs and rows outside whole groups copy rows out. Row ranges split on a group
+// boundary and on an odd row, decode and prefill token counts, K-chunk crossings (34, 70
+// blocks) and the 256-token chunk.
+TEST_P(KernelIsa, PanelQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
+  for (auto [rows, blocks, n] : {std::tuple{16u, 2u, 1u},
+                                 {32u, 34u, 1u},
+                                 {48u, 70u, 7u},
+                                 {64u, 6u, 8u},
+                                 {32u, 64u, 17u},
+                                 {48u, 34u, 271u}}) {
+    const std::size_t cols = 32 * blocks;
+    const auto seed = static_cast<std::uint32_t>(rows * 3 + blocks + n);
+    for (std::size_t split : {std::max(16u, rows / 2 / 16 * 16), rows / 2 | 1}) {
+      check_quant_matmul<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0_x16, rows, cols, n, seed,
+                                          split);
+      check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0_x16, rows, cols, n, seed,
+                                          split);
+    }
+  }
+}
+
 // Repacking keeps every block: each reads back bit for bit (Q4_K's unpacked scales pack again
 // into the same 12 bytes: random bytes, every bit pattern), and the exact (dequantizing)
 // kernels give the row-major layout's results bit for bit.
-template <class Block>
-void check_interleaved_layout(Isa isa, hllm::DType type, hllm::DType interleaved,
-                              std::size_t cols) {
+template <class Block, template <class> class Group = hllm::Interleaved8>
+void check_interleaved_layout(Isa isa, hllm::DType type, hllm::DType interleaved, std::size_t cols,
+                              std::size_t rows = 24) {
   const auto& table = hllm::kernels::table_for(isa);
-  const std::size_t rows = 24, n = 5, units = cols / (sizeof(Block) > 40 ? hllm::kQK_K : 32);
+  const std::size_t n = 5, units = cols / (sizeof(Block) > 40 ? hllm::kQK_K : 32);
   const auto x = hllm::test::random_vector(n * cols, 9);
   const auto plain = random_weight_bytes(type, rows, cols, 8);
-  const auto packed = interleaved_bytes(type, plain, rows, cols);
-  const auto* groups = reinterpret_cast<const hllm::Interleaved8<Block>*>(packed.data());
+  const auto packed = interleaved_bytes(type, plain, rows, cols, interleaved);
+  const auto* groups = reinterpret_cast<const Group<Block>*>(packed.data());
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t u = 0; u < units; ++u) {
       const Block block = hllm::block_at(groups, units, r, u);
@@ -502,6 +524,32 @@ TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
                                             512);
   check_interleaved_layout<hllm::BlockQ6_K>(GetParam(), hllm::DType::q6_k, hllm::DType::q6_k_x8,
                                             512);
+  check_interleaved_layout<hllm::BlockQ4_0, hllm::Interleaved16>(GetParam(), hllm::DType::q4_0,
+                                                                 hllm::DType::q4_0_x16, 128, 32);
+  check_interleaved_layout<hllm::BlockQ8_0, hllm::Interleaved16>(GetParam(), hllm::DType::q8_0,
+                                                                 hllm::DType::q8_0_x16, 128, 32);
+}
+
+// Which layout each shape gets: the 16-row panels where they fit (rows a multiple of 16, an even
+// number of blocks), else the 8-row groups, else none; and repack_tensor refuses a layout the
+// shape does not allow.
+TEST(Repack, Q4_0AndQ8_0TakeThePanelsWhereTheShapeAllows) {
+  using hllm::DType;
+  for (DType type : {DType::q4_0, DType::q8_0}) {
+    const bool q4 = type == DType::q4_0;
+    const auto of = [&](std::size_t rows, std::size_t cols) {
+      return hllm::interleaved_type(hllm::WeightTensor{type, nullptr, rows, cols, "w"});
+    };
+    EXPECT_EQ(of(32, 128), q4 ? DType::q4_0_x16 : DType::q8_0_x16);
+    EXPECT_EQ(of(24, 128), q4 ? DType::q4_0_x8 : DType::q8_0_x8);  // rows not a multiple of 16
+    EXPECT_EQ(of(32, 96), q4 ? DType::q4_0_x8 : DType::q8_0_x8);   // 3 blocks per row
+    EXPECT_EQ(of(20, 128), type);
+    const auto bytes = random_weight_bytes(type, 24, 128, 3);
+    std::vector<std::byte> out(bytes.size());
+    EXPECT_THROW(hllm::repack_tensor(hllm::WeightTensor{type, bytes.data(), 24, 128, "w"},
+                                     q4 ? DType::q4_0_x16 : DType::q8_0_x16, out.data()),
+                 hllm::Error);
+  }
 }
 
 // The AVX512-BF16 kernel rounds activations to bf16 (8 significant bits: |x − bf16(x)| <=

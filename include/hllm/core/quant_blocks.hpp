@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/half.hpp"
@@ -240,6 +241,68 @@ inline void interleave_rows8(const Block* w, std::size_t rows, std::size_t units
     for (std::size_t u = 0; u < units; ++u)
       for (std::size_t i = 0; i < 8; ++i)
         place_in_group(w[(8 * g + i) * units + u], i, out[g * units + u]);
+}
+
+// Q4_0 or Q8_0 repacked for the VNNI kernels (DType::q4_0_x16, q8_0_x16): 16 rows by two block
+// columns, their 2×16 scales first (one 64-byte line), then per block column the quants as
+// vpdpbusd's weight operand: qs[h][k] holds, for each row r (the 16 int32 lanes), the 4 bytes
+// qs[4k..4k+3] of row r's block. Q8_0 bytes are stored as unsigned q + 128 (what the VNNI
+// kernels multiply; the offset comes back out through the activations' sum); Q4_0 bytes as in
+// the file (low nibble weight 4k+i, high nibble weight 4k+i+16). Why: one zmm register then
+// holds 16 rows' products, so a decode kernel needs no per-row lane sums, no scale permutes and
+// no offset terms, and the prefill GEMM's panels are plain loads instead of gathers. A matrix of
+// R rows and B blocks per row is R/16 groups of B/2 of these (R a multiple of 16, B even); the
+// byte size is the source's, and each one starts on a cache line (1088 and 576 bytes).
+template <class Block>
+struct Interleaved16 {
+  static constexpr std::size_t kRows = 16, kColumns = 2, kWords = sizeof(Block::qs) / 4;
+  f16 d[kColumns][kRows];
+  std::uint8_t qs[kColumns][kWords][kRows][4];
+};
+using BlockQ4_0x16 = Interleaved16<BlockQ4_0>;
+using BlockQ8_0x16 = Interleaved16<BlockQ8_0>;
+static_assert(sizeof(BlockQ4_0x16) == 32 * sizeof(BlockQ4_0) && sizeof(BlockQ4_0x16) % 64 == 0 &&
+                  sizeof(BlockQ8_0x16) == 32 * sizeof(BlockQ8_0) && sizeof(BlockQ8_0x16) % 64 == 0,
+              "repacking keeps a tensor's byte size, and every unit starts a cache line");
+
+// The byte Interleaved16 stores for a quant byte of the file: Q8_0's int8 plus 128 (as u8),
+// Q4_0's nibble pair unchanged; and back.
+template <class Block>
+constexpr std::uint8_t interleaved16_byte(std::uint8_t file_byte) noexcept {
+  return std::is_same_v<Block, BlockQ8_0> ? static_cast<std::uint8_t>(file_byte ^ 0x80) : file_byte;
+}
+
+// Block b of row r (`blocks` per row) of an Interleaved16 matrix, in the file's layout; and its
+// inverse, which puts src (block b of row r) into its places.
+template <class Block>
+inline Block block_at(const Interleaved16<Block>* w, std::size_t blocks, std::size_t r,
+                      std::size_t b) {
+  const Interleaved16<Block>& unit = w[(r / 16) * (blocks / 2) + b / 2];
+  Block out;
+  out.d = unit.d[b % 2][r % 16];
+  auto* qs = reinterpret_cast<std::uint8_t*>(out.qs);
+  for (std::size_t k = 0; k < Interleaved16<Block>::kWords; ++k)
+    for (std::size_t i = 0; i < 4; ++i)
+      qs[4 * k + i] = interleaved16_byte<Block>(unit.qs[b % 2][k][r % 16][i]);
+  return out;
+}
+template <class Block>
+inline void place_in_group(const Block& src, std::size_t r, std::size_t b,
+                           Interleaved16<Block>& unit) {
+  unit.d[b % 2][r % 16] = src.d;
+  const auto* qs = reinterpret_cast<const std::uint8_t*>(src.qs);
+  for (std::size_t k = 0; k < Interleaved16<Block>::kWords; ++k)
+    for (std::size_t i = 0; i < 4; ++i)
+      unit.qs[b % 2][k][r % 16][i] = interleaved16_byte<Block>(qs[4 * k + i]);
+}
+
+// Repacks w: [rows][blocks] (rows a multiple of 16, blocks even) into out: [rows/16][blocks/2].
+template <class Block>
+inline void interleave_rows16(const Block* w, std::size_t rows, std::size_t blocks,
+                              Interleaved16<Block>* out) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t b = 0; b < blocks; ++b)
+      place_in_group(w[r * blocks + b], r, b, out[(r / 16) * (blocks / 2) + b / 2]);
 }
 
 // Activations quantized on the fly for the integer dot products of quantized weights: 32 values

@@ -103,6 +103,14 @@ inline PanelAddresses interleaved_addresses(const Interleaved8<Block>* w, std::s
           sizeof(Group)};
 }
 
+// Panel registers k and k + 4 from q, the 16 rows' Q4_0 quant bytes 4k..4k+3: byte i of a row
+// holds weight i (low nibble) and weight i + 16 (high nibble); values are offset to nibble + 120.
+inline void q4_0_panel_values(__m512i q, std::size_t k, PanelBlock& p) {
+  const __m512i mask = _mm512_set1_epi8(0x0f), to_offset_128 = _mm512_set1_epi8(120);
+  p.values[k] = _mm512_add_epi8(_mm512_and_si512(q, mask), to_offset_128);
+  p.values[k + 4] = _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), mask), to_offset_128);
+}
+
 // Packs slices [b0, b0 + n) of the 16 rows at `at` (Q4_0 or Q8_0).
 template <class Block>
 inline void pack_panel(const PanelAddresses& at, std::size_t b0, std::size_t n, PanelBlock* out) {
@@ -114,14 +122,8 @@ inline void pack_panel(const PanelAddresses& at, std::size_t b0, std::size_t n, 
     p.scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
     const std::byte* qs = first;
     if constexpr (std::is_same_v<Block, BlockQ4_0>) {
-      // Byte i of a row holds weight i (low nibble) and weight i + 16 (high nibble).
-      const __m512i mask = _mm512_set1_epi8(0x0f), to_offset_128 = _mm512_set1_epi8(120);
-      _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) {
-        const __m512i q = _mm512_i32gather_epi32(at.qs_offsets, qs + 4 * k, 1);
-        p.values[k] = _mm512_add_epi8(_mm512_and_si512(q, mask), to_offset_128);
-        p.values[k + 4] =
-            _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), mask), to_offset_128);
-      }
+      _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k)
+          q4_0_panel_values(_mm512_i32gather_epi32(at.qs_offsets, qs + 4 * k, 1), k, p);
     } else {
       const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));  // q + 128 as a u8
       _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] =
@@ -394,6 +396,31 @@ struct InterleavedPanels {
       pack_panel(w + (r / 8) * units, units, b0, n, out);
     else
       pack_panel<Block>(interleaved_addresses(w + (r / 8) * units, units), b0, n, out);
+  }
+};
+
+// Q4_0/Q8_0 in 16-row panels (Interleaved16): the unit's registers are the panel's, so packing
+// is plain loads (Q8_0 already holds q + 128; Q4_0 nibbles are split and offset as above), where
+// the file's and the 8-row layouts take a gather per register.
+template <class Block>
+struct Interleaved16Panels {
+  const Interleaved16<Block>* w;  // r must be a multiple of 16
+  std::size_t blocks;             // per row
+  void pack(std::size_t r, std::size_t b0, std::size_t n, PanelBlock* out) const {
+    const Interleaved16<Block>* group = w + (r / 16) * (blocks / 2);
+    for (std::size_t b = b0; b < b0 + n; ++b) {
+      const Interleaved16<Block>& unit = group[b / 2];
+      const std::size_t h = b % 2;
+      PanelBlock& p = out[b - b0];
+      p.scales = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.d[h])));
+      if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+        _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k)
+            q4_0_panel_values(_mm512_loadu_si512(unit.qs[h][k]), k, p);
+      } else {
+        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] =
+            _mm512_loadu_si512(unit.qs[h][k]);
+      }
+    }
   }
 };
 

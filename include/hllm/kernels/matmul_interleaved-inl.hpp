@@ -1,11 +1,13 @@
 // Matrix products for weights repacked at load time, 8 rows to a group (Interleaved8:
-// DType::q4_0_x8, q8_0_x8, q4_k_x8, q6_k_x8), written once and compiled per ISA (see dispatch.hpp),
-// after the row-major kernels it falls back on. No include guard, by design.
+// DType::q4_0_x8, q8_0_x8, q4_k_x8, q6_k_x8) or 16 rows to a panel (Interleaved16: q4_0_x16,
+// q8_0_x16), written once and compiled per ISA (see dispatch.hpp), after the row-major kernels
+// it falls back on. No include guard, by design.
 //
-// With VNNI, whole groups run on the interleaved layout directly: decode (fewer than
+// With VNNI, whole groups run on the repacked layout directly: decode (fewer than
 // kPackedMinTokens tokens) with decode_group8, which loads each activation block once for 8
-// rows and their 8 scales with one load; prefill packs its 16-row panels from two groups
-// (InterleavedPanels in gemm_vnni-inl.hpp). Everything else (rows outside whole groups; other
+// rows and their 8 scales with one load, or decode_group16, one row per lane; prefill packs its
+// 16-row panels from two groups or one 16-row panel (InterleavedPanels, Interleaved16Panels in
+// gemm_vnni-inl.hpp). Everything else (rows outside whole groups; other
 // ISAs, which a session may choose for a model repacked for VNNI) copies each row's blocks out
 // (block_at) and runs the row-major kernels on it: the same integer arithmetic, slower.
 
@@ -227,6 +229,50 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
     decode_activation_terms(x, blocks, std::is_same_v<Block, BlockQ4_0> ? 8.0f : 128.0f, xd, xoff);
   }
 }
+
+// Decode of one 16-row group of Q4_0 or Q8_0 panels (Interleaved16) against one token:
+// out[0..16), row r in lane r. Each block's integer dot is one vpdpbusd chain per register of
+// 16 rows' weights against a broadcast activation group, started at the activation block's
+// offset term (Q8_0: bias = −128·Σx for its q + 128 bytes; Q4_0: bias / 16 = −8·Σx for its
+// nibbles), so it is exact and needs no lane sums, scale permutes or float offset terms. Q4_0
+// multiplies the high nibbles in place (q & 0xf0 = 16·nibble, in a second chain shifted back
+// by 4 at the end: exact, as 16 divides it), one AND instead of a shift and an AND. The two
+// block columns of a unit accumulate in separate registers, and the unit's bytes are read in
+// address order (the hardware prefetcher streamed the Q8_0 panels from DRAM at half the rate
+// when the two columns' loads alternated).
+template <class Block>
+inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, std::size_t blocks,
+                           float* out) {
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
+  for (std::size_t u = 0; u < blocks / 2; ++u) {
+    const Interleaved16<Block>& unit = w[u];
+    const __m512i d = _mm512_loadu_si512(unit.d);
+    const __m512 scales[2] = {_mm512_cvtph_ps(_mm512_castsi512_si256(d)),
+                              _mm512_cvtph_ps(_mm512_extracti64x4_epi64(d, 1))};
+    _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
+      const BlockQ8Act& a = x[2 * u + h];
+      __m512i dot;
+      if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+        dot = _mm512_set1_epi32(a.bias);
+        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) dot =
+            _mm512_dpbusd_epi32(dot, _mm512_loadu_si512(unit.qs[h][k]), broadcast_group(a, k));
+      } else {
+        __m512i low = _mm512_srai_epi32(_mm512_set1_epi32(a.bias), 4);
+        __m512i high = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) {
+          const __m512i q = _mm512_loadu_si512(unit.qs[h][k]);
+          low = _mm512_dpbusd_epi32(low, _mm512_and_si512(q, low4), broadcast_group(a, k));
+          high = _mm512_dpbusd_epi32(high, _mm512_and_si512(q, high4), broadcast_group(a, k + 4));
+        }
+        dot = _mm512_add_epi32(low, _mm512_srai_epi32(high, 4));
+      }
+      acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                               _mm512_mul_ps(scales[h], _mm512_set1_ps(a.d)), acc[h]);
+    }
+  }
+  _mm512_storeu_ps(out, _mm512_add_ps(acc[0], acc[1]));
+}
 #endif
 
 // The row-major kernel of the file type (the fallback's).
@@ -238,6 +284,25 @@ inline void matmul_file_layout(const Block* w, std::size_t rows, std::size_t col
     matmul_kquant<Block>(w, rows, cols, x, n_tokens, y, row_begin, row_end);
   else
     matmul_quant(w, rows, cols, x, n_tokens, y, row_begin, row_end);
+}
+
+// Rows [row_begin, row_end) of a repacked matrix w (`units` blocks of the file type per row)
+// through the row-major kernel, each row's blocks copied out first (block_at): every ISA's way for
+// rows outside whole groups, and the only way on ISAs without interleaved kernels.
+template <class Block, class Stored>
+inline void matmul_copied_rows(const Stored* w, std::size_t units, std::size_t rows,
+                               std::size_t cols, const BlockQ8Act* x, std::size_t n_tokens,
+                               float* y, std::size_t row_begin, std::size_t row_end) {
+  if (row_begin == row_end) return;
+  thread_local std::vector<Block> row;  // [units], grown once per thread
+  thread_local std::vector<float> out;  // [n_tokens]
+  if (row.size() < units) row.resize(units);
+  if (out.size() < n_tokens) out.resize(n_tokens);
+  for (std::size_t r = row_begin; r < row_end; ++r) {
+    for (std::size_t u = 0; u < units; ++u) row[u] = block_at(w, units, r, u);
+    matmul_file_layout(row.data(), 1, cols, x, n_tokens, out.data(), 0, 1);
+    for (std::size_t t = 0; t < n_tokens; ++t) y[t * rows + r] = out[t];
+  }
 }
 
 // Rows [row_begin, row_end) of y: [n_tokens][rows] for repacked weights w: [rows/8][units]
@@ -272,16 +337,7 @@ inline void matmul_interleaved(const Interleaved8<Block>* w, std::size_t rows, s
     }
   }
 #endif
-  if (row_begin == row_end) return;
-  thread_local std::vector<Block> row;  // [units], grown once per thread
-  thread_local std::vector<float> out;  // [n_tokens]
-  if (row.size() < units) row.resize(units);
-  if (out.size() < n_tokens) out.resize(n_tokens);
-  for (std::size_t r = row_begin; r < row_end; ++r) {
-    for (std::size_t u = 0; u < units; ++u) row[u] = block_at(w, units, r, u);
-    matmul_file_layout(row.data(), 1, cols, x, n_tokens, out.data(), 0, 1);
-    for (std::size_t t = 0; t < n_tokens; ++t) y[t * rows + r] = out[t];
-  }
+  matmul_copied_rows<Block>(w, units, rows, cols, x, n_tokens, y, row_begin, row_end);
 }
 
 // The table's entry for Interleaved8<Block> weights.
@@ -290,4 +346,32 @@ inline void matmul_x8(const void* w, std::size_t rows, std::size_t cols, const B
                       std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end) {
   matmul_interleaved(static_cast<const Interleaved8<Block>*>(w), rows, cols, x, n_tokens, y,
                      row_begin, row_end);
+}
+
+// Rows [row_begin, row_end) of y: [n_tokens][rows] for Q4_0/Q8_0 weights in 16-row panels,
+// w: [rows/16][blocks/2] units, and x: [n_tokens][blocks] activation blocks. With VNNI, whole
+// groups take the packed-panel GEMM (prefill; its panels are plain loads of these) or
+// decode_group16; everything else copies rows out.
+template <class Block>
+inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                       std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end) {
+  const auto* w = static_cast<const Interleaved16<Block>*>(weights);
+  const std::size_t blocks = cols / 32;
+#if HLLM_QUANT_VNNI
+  if (row_begin % 16 == 0) {
+    const std::size_t groups = (row_end - row_begin) / 16;
+    if (n_tokens >= kPackedMinTokens) {
+      gemm_packed<Block>(Interleaved16Panels<Block>{w, blocks}, rows, blocks, x, n_tokens, y,
+                         row_begin, groups);
+    } else {
+      for (std::size_t t = 0; t < n_tokens; ++t)
+        for (std::size_t g = 0; g < groups; ++g) {
+          const std::size_t r = row_begin + 16 * g;
+          decode_group16(w + (r / 16) * (blocks / 2), x + t * blocks, blocks, y + t * rows + r);
+        }
+    }
+    row_begin += 16 * groups;
+  }
+#endif
+  matmul_copied_rows<Block>(w, blocks, rows, cols, x, n_tokens, y, row_begin, row_end);
 }

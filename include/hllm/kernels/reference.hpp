@@ -153,11 +153,12 @@ void dequantize_blocks(const WeightTensor& w, std::size_t row, float* out) {
   }
 }
 
-// Row `row` of a load-time repacked weight (Interleaved8). out: [w.cols]
-template <class Block, std::size_t BlockElements>
+// Row `row` of a load-time repacked weight (Group: Interleaved8 or Interleaved16 of Block).
+// out: [w.cols]
+template <class Block, std::size_t BlockElements, template <class> class Group = Interleaved8>
 void dequantize_interleaved_row(const WeightTensor& w, std::size_t row, float* out) {
   const std::size_t blocks = w.cols / BlockElements;
-  const auto* groups = static_cast<const Interleaved8<Block>*>(w.data);
+  const auto* groups = static_cast<const Group<Block>*>(w.data);
   for (std::size_t b = 0; b < blocks; ++b)
     dequantize_block(block_at(groups, blocks, row, b), out + b * BlockElements);
 }
@@ -175,6 +176,12 @@ inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, flo
     case DType::q4_0_x8: dequantize_interleaved_row<BlockQ4_0, kQK4_0>(w, row, out); return true;
     case DType::q4_k_x8: dequantize_interleaved_row<BlockQ4_K, kQK_K>(w, row, out); return true;
     case DType::q6_k_x8: dequantize_interleaved_row<BlockQ6_K, kQK_K>(w, row, out); return true;
+    case DType::q8_0_x16:
+      dequantize_interleaved_row<BlockQ8_0, kQK8_0, Interleaved16>(w, row, out);
+      return true;
+    case DType::q4_0_x16:
+      dequantize_interleaved_row<BlockQ4_0, kQK4_0, Interleaved16>(w, row, out);
+      return true;
     case DType::q8_0: dequantize_blocks<BlockQ8_0, kQK8_0>(w, row, out); return true;
     case DType::q4_0: dequantize_blocks<BlockQ4_0, kQK4_0>(w, row, out); return true;
     case DType::q4_1: dequantize_blocks<BlockQ4_1, kQK4_1>(w, row, out); return true;
@@ -199,6 +206,8 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
     case DType::q4_0_x8:
     case DType::q4_k_x8:
     case DType::q6_k_x8:
+    case DType::q8_0_x16:
+    case DType::q4_0_x16:
     case DType::bf16_x16:
     case DType::q4_1:
     case DType::q4_k:

@@ -1,6 +1,7 @@
 #pragma once
-// Load-time repacking of a model's Q4_0, Q8_0, Q4_K and Q6_K projection weights into 8-row
-// interleaved groups (Interleaved8, DType::q4_0_x8 / q8_0_x8 / q4_k_x8 / q6_k_x8), and of BF16
+// Load-time repacking of a model's Q4_0 and Q8_0 projection weights into 16-row panels
+// (Interleaved16, DType::q4_0_x16 / q8_0_x16), of Q4_K and Q6_K ones (and Q4_0/Q8_0 of shapes
+// the panels do not fit) into 8-row interleaved groups (Interleaved8, DType::*_x8), and of BF16
 // ones into 16-row column-pair panels (DType::bf16_x16, core/bf16_panels.hpp). Decode reads
 // each weight once per token, and with the file's layout a kernel either streams one row at a time
 // (and redoes the activation and scale work per row) or reads 8 rows' streams at once (which
@@ -34,15 +35,18 @@
 
 namespace hllm {
 
-// The repacked type of a weight, or its own type when it has none (or rows are not a multiple
-// of 8, 16 for BF16, or the columns not of the block size, or odd for BF16).
+// The repacked type of a weight, or its own type when it has none: Q4_0/Q8_0 into 16-row panels
+// where rows are a multiple of 16 and the blocks per row even, else (and Q4_K/Q6_K) into 8-row
+// groups where rows are a multiple of 8 and the columns of the block size; BF16 where rows are a
+// multiple of 16 and the columns even.
 inline DType interleaved_type(const WeightTensor& w) noexcept {
   if (w.type == DType::bf16)
     return w.rows % kBf16PanelRows == 0 && w.cols % 2 == 0 ? DType::bf16_x16 : w.type;
   if (w.rows % 8 != 0 || w.cols % 32 != 0) return w.type;
+  const bool panels = w.rows % 16 == 0 && w.cols % 64 == 0;
   switch (w.type) {
-    case DType::q4_0: return DType::q4_0_x8;
-    case DType::q8_0: return DType::q8_0_x8;
+    case DType::q4_0: return panels ? DType::q4_0_x16 : DType::q4_0_x8;
+    case DType::q8_0: return panels ? DType::q8_0_x16 : DType::q8_0_x8;
     case DType::q4_k: return DType::q4_k_x8;
     case DType::q6_k: return DType::q6_k_x8;
     default: return w.type;
@@ -90,29 +94,51 @@ inline std::shared_ptr<std::byte> allocate_huge_pages(std::size_t bytes) {
 
 }  // namespace detail
 
-// Writes w repacked into out (the repacked type's bytes(), any alignment) and returns the
-// repacked type;
-// w's type must have one (interleaved_type(w) != w.type).
+// Writes w repacked as `to` into out (that type's bytes(), any alignment) and returns `to`:
+// interleaved_type(w), or the 8-row groups where that is Q4_0_X16 / Q8_0_X16 (the shapes allow
+// both).
+inline DType repack_tensor(const WeightTensor& w, DType to, void* out) {
+  const DType best = interleaved_type(w);
+  const bool allowed = to == best || (to == DType::q4_0_x8 && best == DType::q4_0_x16) ||
+                       (to == DType::q8_0_x8 && best == DType::q8_0_x16);
+  if (!allowed || to == w.type)
+    throw Error(ErrorKind::internal,
+                dtype_name(w.type) + " has no repacked layout " + dtype_name(to), {}, w.name);
+  const std::size_t blocks = w.cols / 32;
+  switch (to) {
+    case DType::q4_0_x8:
+      interleave_rows8(static_cast<const BlockQ4_0*>(w.data), w.rows, blocks,
+                       static_cast<BlockQ4_0x8*>(out));
+      break;
+    case DType::q8_0_x8:
+      interleave_rows8(static_cast<const BlockQ8_0*>(w.data), w.rows, blocks,
+                       static_cast<BlockQ8_0x8*>(out));
+      break;
+    case DType::q4_0_x16:
+      interleave_rows16(static_cast<const BlockQ4_0*>(w.data), w.rows, blocks,
+                        static_cast<BlockQ4_0x16*>(out));
+      break;
+    case DType::q8_0_x16:
+      interleave_rows16(static_cast<const BlockQ8_0*>(w.data), w.rows, blocks,
+                        static_cast<BlockQ8_0x16*>(out));
+      break;
+    case DType::q4_k_x8:
+      interleave_rows8(static_cast<const BlockQ4_K*>(w.data), w.rows, w.cols / kQK_K,
+                       static_cast<BlockQ4_Kx8*>(out));
+      break;
+    case DType::q6_k_x8:
+      interleave_rows8(static_cast<const BlockQ6_K*>(w.data), w.rows, w.cols / kQK_K,
+                       static_cast<BlockQ6_Kx8*>(out));
+      break;
+    default:  // bf16_x16
+      interleave_bf16_rows16(static_cast<const bf16*>(w.data), w.rows, w.cols,
+                             static_cast<std::uint32_t*>(out));
+  }
+  return to;
+}
+// The same into interleaved_type(w); w's type must have one.
 inline DType repack_tensor(const WeightTensor& w, void* out) {
-  const DType repacked = interleaved_type(w);
-  if (repacked == DType::q4_0_x8)
-    interleave_rows8(static_cast<const BlockQ4_0*>(w.data), w.rows, w.cols / 32,
-                     static_cast<BlockQ4_0x8*>(out));
-  else if (repacked == DType::q8_0_x8)
-    interleave_rows8(static_cast<const BlockQ8_0*>(w.data), w.rows, w.cols / 32,
-                     static_cast<BlockQ8_0x8*>(out));
-  else if (repacked == DType::q4_k_x8)
-    interleave_rows8(static_cast<const BlockQ4_K*>(w.data), w.rows, w.cols / kQK_K,
-                     static_cast<BlockQ4_Kx8*>(out));
-  else if (repacked == DType::q6_k_x8)
-    interleave_rows8(static_cast<const BlockQ6_K*>(w.data), w.rows, w.cols / kQK_K,
-                     static_cast<BlockQ6_Kx8*>(out));
-  else if (repacked == DType::bf16_x16)
-    interleave_bf16_rows16(static_cast<const bf16*>(w.data), w.rows, w.cols,
-                           static_cast<std::uint32_t*>(out));
-  else
-    throw Error(ErrorKind::internal, dtype_name(w.type) + " has no repacked layout", {}, w.name);
-  return repacked;
+  return repack_tensor(w, interleaved_type(w), out);
 }
 
 // Whether this kernel gives anonymous memory transparent huge pages on request (Linux: "always"
@@ -127,7 +153,7 @@ inline bool huge_pages_available() {
 // What repack_weights does to the projection weights (the blocks' attention and feed-forward
 // matrices and an untied output matrix; never the embedding).
 struct RepackPlan {
-  bool interleave = false;   // Q4_0/Q8_0/Q4_K/Q6_K matrices become *_X8 (the output: see above)
+  bool interleave = false;   // Q4_0/Q8_0/Q4_K/Q6_K matrices: interleaved_type (output: see above)
   bool move_all = false;     // every other projection is copied over as it is, for the huge pages
   bool bf16_panels = false;  // BF16 matrices become BF16_X16 (the output too)
 };
