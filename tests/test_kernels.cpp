@@ -352,12 +352,16 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
   // same blocks with every nibble zeroed.
   std::vector<std::byte> zeroed = bytes;
   const bool has_minimum =
-      type == hllm::DType::q4_k || type == hllm::DType::q5_k || type == hllm::DType::q4_k_x8;
+      hllm::file_type_of(type) == hllm::DType::q4_k || type == hllm::DType::q5_k;
   for (std::size_t i = 0; has_minimum && i < rows * cols / hllm::kQK_K; ++i) {
     if (type == hllm::DType::q4_k_x8) {
       if (i % 8 == 0)  // one group holds 8 rows' super-block
         std::memset(reinterpret_cast<hllm::BlockQ4_Kx8*>(zeroed.data())[i / 8].qs, 0,
                     sizeof(hllm::BlockQ4_Kx8::qs));
+    } else if (type == hllm::DType::q4_k_x16) {
+      if (i % 16 == 0)  // one unit holds 16 rows' super-block
+        for (auto& pair : reinterpret_cast<hllm::BlockQ4_Kx16*>(zeroed.data())[i / 16].pairs)
+          std::memset(pair.qs, 0, sizeof pair.qs);
     } else if (type == hllm::DType::q4_k) {
       std::memset(reinterpret_cast<hllm::BlockQ4_K*>(zeroed.data())[i].qs, 0, hllm::kQK_K / 2);
     } else {
@@ -466,7 +470,8 @@ TEST_P(KernelIsa, InterleavedQuantMatmulMatchesTwinAndExactWithinDerivedBounds) 
   }
 }
 
-// Q4_0/Q8_0 in 16-row panels of two block columns (Interleaved16): on VNNI CPUs whole groups
+// Q4_0/Q8_0 in 16-row panels of two block columns and Q4_K of one super-block column
+// (Interleaved16): on VNNI CPUs whole groups
 // take decode_group16 (under 8 tokens) or the packed-panel GEMM, whose panels load straight
 // from them; other ISAs and rows outside whole groups copy rows out. Row ranges split on a group
 // boundary and on an odd row, decode and prefill token counts, K-chunk crossings (34, 70
@@ -485,6 +490,10 @@ TEST_P(KernelIsa, PanelQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
                                           split);
       check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0_x16, rows, cols, n, seed,
                                           split);
+      // Q4_K: whole super-blocks (8 blocks); 5 of them cross a 32-slice K-chunk.
+      const std::size_t supers = (blocks + 7) / 8 + (blocks > 32 ? 1 : 0);
+      check_quant_matmul<hllm::BlockQ4_K>(GetParam(), hllm::DType::q4_k_x16, rows,
+                                          hllm::kQK_K * supers, n, seed, split);
     }
   }
 }
@@ -528,12 +537,14 @@ TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
                                                                  hllm::DType::q4_0_x16, 128, 32);
   check_interleaved_layout<hllm::BlockQ8_0, hllm::Interleaved16>(GetParam(), hllm::DType::q8_0,
                                                                  hllm::DType::q8_0_x16, 128, 32);
+  check_interleaved_layout<hllm::BlockQ4_K, hllm::Interleaved16>(GetParam(), hllm::DType::q4_k,
+                                                                 hllm::DType::q4_k_x16, 512, 32);
 }
 
 // Which layout each shape gets: the 16-row panels where they fit (rows a multiple of 16, an even
 // number of blocks), else the 8-row groups, else none; and repack_tensor refuses a layout the
 // shape does not allow.
-TEST(Repack, Q4_0AndQ8_0TakeThePanelsWhereTheShapeAllows) {
+TEST(Repack, Q4_0Q8_0AndQ4_KTakeThePanelsWhereTheShapeAllows) {
   using hllm::DType;
   for (DType type : {DType::q4_0, DType::q8_0}) {
     const bool q4 = type == DType::q4_0;
@@ -550,6 +561,12 @@ TEST(Repack, Q4_0AndQ8_0TakeThePanelsWhereTheShapeAllows) {
                                      q4 ? DType::q4_0_x16 : DType::q8_0_x16, out.data()),
                  hllm::Error);
   }
+  const auto q4_k = [](std::size_t rows) {
+    return hllm::interleaved_type(hllm::WeightTensor{DType::q4_k, nullptr, rows, 256, "w"});
+  };
+  EXPECT_EQ(q4_k(32), DType::q4_k_x16);
+  EXPECT_EQ(q4_k(24), DType::q4_k_x8);
+  EXPECT_EQ(q4_k(20), DType::q4_k);
 }
 
 // The AVX512-BF16 kernel rounds activations to bf16 (8 significant bits: |x − bf16(x)| <=

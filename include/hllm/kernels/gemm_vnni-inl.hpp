@@ -286,6 +286,12 @@ inline void pack_panel(const BlockQ6_Kx8* w, std::size_t supers, std::size_t b0,
   }
 }
 
+// 16 unsigned bytes at p as floats (a 16-row panel's unpacked Q4_K scales or minimums).
+inline __m512 bytes_to_floats(const std::uint8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
 // The activation group a.qs[4k..4k+3] in every lane (the s8 operand of vpdpbusd).
 inline __m512i broadcast_group(const BlockQ8Act& a, std::size_t k) {
   std::int32_t group;
@@ -405,20 +411,36 @@ struct InterleavedPanels {
 template <class Block>
 struct Interleaved16Panels {
   const Interleaved16<Block>* w;  // r must be a multiple of 16
-  std::size_t blocks;             // per row
+  std::size_t units;              // per row
   void pack(std::size_t r, std::size_t b0, std::size_t n, PanelBlock* out) const {
-    const Interleaved16<Block>* group = w + (r / 16) * (blocks / 2);
+    const Interleaved16<Block>* group = w + (r / 16) * units;
     for (std::size_t b = b0; b < b0 + n; ++b) {
-      const Interleaved16<Block>& unit = group[b / 2];
-      const std::size_t h = b % 2;
       PanelBlock& p = out[b - b0];
-      p.scales = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.d[h])));
-      if constexpr (std::is_same_v<Block, BlockQ4_0>) {
-        _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k)
-            q4_0_panel_values(_mm512_loadu_si512(unit.qs[h][k]), k, p);
+      if constexpr (std::is_same_v<Block, BlockQ4_K>) {
+        // Slice j of super-block b / 8: the low (j even) or high nibbles of pair j / 2.
+        const BlockQ4_Kx16& unit = group[b / 8];
+        const std::size_t j = b % 8;
+        p.scales = _mm512_mul_ps(
+            bytes_to_floats(unit.pairs[j / 2].scales[j % 2]),
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.d))));
+        p.mins = _mm512_mul_ps(
+            bytes_to_floats(unit.pairs[j / 2].mins[j % 2]),
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.dmin))));
+        const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(4 * (j & 1)));
+        const __m512i mask = _mm512_set1_epi8(0x0f);
+        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] = _mm512_and_si512(
+            _mm512_srl_epi32(_mm512_loadu_si512(unit.pairs[j / 2].qs[k]), shift), mask);
       } else {
-        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] =
-            _mm512_loadu_si512(unit.qs[h][k]);
+        const Interleaved16<Block>& unit = group[b / 2];
+        const std::size_t h = b % 2;
+        p.scales = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.d[h])));
+        if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+          _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k)
+              q4_0_panel_values(_mm512_loadu_si512(unit.qs[h][k]), k, p);
+        } else {
+          _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] =
+              _mm512_loadu_si512(unit.qs[h][k]);
+        }
       }
     }
   }

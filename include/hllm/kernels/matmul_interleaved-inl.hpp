@@ -241,11 +241,11 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 // address order (the hardware prefetcher streamed the Q8_0 panels from DRAM at half the rate
 // when the two columns' loads alternated).
 template <class Block>
-inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, std::size_t blocks,
+inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, std::size_t units,
                            float* out) {
   __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
   const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
-  for (std::size_t u = 0; u < blocks / 2; ++u) {
+  for (std::size_t u = 0; u < units; ++u) {
     const Interleaved16<Block>& unit = w[u];
     const __m512i d = _mm512_loadu_si512(unit.d);
     const __m512 scales[2] = {_mm512_cvtph_ps(_mm512_castsi512_si256(d)),
@@ -272,6 +272,45 @@ inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, s
     }
   }
   _mm512_storeu_ps(out, _mm512_add_ps(acc[0], acc[1]));
+}
+
+// Decode of one 16-row group of Q4_K panels against one token: out[0..16). Per pair of
+// sub-blocks, the low nibbles (sub-block 2p) and the high ones (2p + 1, multiplied in place as
+// q & 0xf0 and shifted back by 4, exactly) run one chain each against their activation blocks;
+// each sub-block's 16 row scales d·scale_j (bytes, converted) weigh its dot, and the minimums'
+// term Σ_j dmin·min_j·d_x·Σxq sums in one register, subtracted at the end.
+inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size_t supers,
+                           float* out) {
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, minimum = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
+  for (std::size_t s = 0; s < supers; ++s) {
+    const BlockQ4_Kx16& unit = w[s];
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.d)));
+    const __m512 dmin =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.dmin)));
+    const BlockQ8Act* a = x + 8 * s;
+    _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
+      const BlockQ4_Kx16::Pair& pair = unit.pairs[p];
+      __m512 scale[2];
+      _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
+        const std::size_t j = 2 * p + h;
+        scale[h] = _mm512_mul_ps(_mm512_mul_ps(bytes_to_floats(pair.scales[h]), d),
+                                 _mm512_set1_ps(a[j].d));
+        minimum = _mm512_fmadd_ps(_mm512_mul_ps(bytes_to_floats(pair.mins[h]), dmin),
+                                  _mm512_set1_ps(a[j].d_sum), minimum);
+      }
+      __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
+      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+        const __m512i q = _mm512_loadu_si512(pair.qs[k]);
+        low = _mm512_dpbusd_epi32(low, _mm512_and_si512(q, low4), broadcast_group(a[2 * p], k));
+        high =
+            _mm512_dpbusd_epi32(high, _mm512_and_si512(q, high4), broadcast_group(a[2 * p + 1], k));
+      }
+      acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(low), scale[0], acc[0]);
+      acc[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(high, 4)), scale[1], acc[1]);
+    }
+  }
+  _mm512_storeu_ps(out, _mm512_sub_ps(_mm512_add_ps(acc[0], acc[1]), minimum));
 }
 #endif
 
@@ -355,23 +394,26 @@ inline void matmul_x8(const void* w, std::size_t rows, std::size_t cols, const B
 template <class Block>
 inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end) {
-  const auto* w = static_cast<const Interleaved16<Block>*>(weights);
-  const std::size_t blocks = cols / 32;
+  using Unit = Interleaved16<Block>;
+  const auto* w = static_cast<const Unit*>(weights);
+  const std::size_t units = cols / Unit::kValues;  // per row
 #if HLLM_QUANT_VNNI
+  const std::size_t blocks = cols / 32;  // activation blocks per token
   if (row_begin % 16 == 0) {
     const std::size_t groups = (row_end - row_begin) / 16;
     if (n_tokens >= kPackedMinTokens) {
-      gemm_packed<Block>(Interleaved16Panels<Block>{w, blocks}, rows, blocks, x, n_tokens, y,
+      gemm_packed<Block>(Interleaved16Panels<Block>{w, units}, rows, blocks, x, n_tokens, y,
                          row_begin, groups);
     } else {
       for (std::size_t t = 0; t < n_tokens; ++t)
         for (std::size_t g = 0; g < groups; ++g) {
           const std::size_t r = row_begin + 16 * g;
-          decode_group16(w + (r / 16) * (blocks / 2), x + t * blocks, blocks, y + t * rows + r);
+          decode_group16(w + (r / 16) * units, x + t * blocks, units, y + t * rows + r);
         }
     }
     row_begin += 16 * groups;
   }
 #endif
-  matmul_copied_rows<Block>(w, blocks, rows, cols, x, n_tokens, y, row_begin, row_end);
+  matmul_copied_rows<Block>(w, units * Unit::kColumns, rows, cols, x, n_tokens, y, row_begin,
+                            row_end);
 }
