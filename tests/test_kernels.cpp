@@ -439,63 +439,68 @@ TEST_P(KernelIsa, QuantizedPrefillGemmMatchesTwinAcrossPanelAndChunkBoundaries) 
   }
 }
 
-// Q4_0/Q8_0/Q4_K/Q6_K repacked 8 rows to a group (Interleaved8): on VNNI CPUs whole groups take the
-// interleaved decode kernel (under 8 tokens) or the packed-panel GEMM (16-row panels from two
-// groups, the last group of an odd count by the decode kernel); other ISAs and rows outside
-// whole groups copy rows out to the row-major kernels. Row ranges split on a group boundary, on
-// an odd row (a range that starts and ends inside groups), decode and prefill token counts,
-// K-chunk crossings (33, 70 blocks) and the 256-token chunk.
-TEST_P(KernelIsa, InterleavedQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
-  for (auto [rows, blocks, n] : {std::tuple{8u, 1u, 1u},
-                                 {16u, 3u, 2u},
-                                 {24u, 33u, 1u},
-                                 {40u, 70u, 7u},
-                                 {56u, 5u, 8u},
-                                 {24u, 64u, 17u},
-                                 {48u, 33u, 271u}}) {
+// check_quant_matmul for repacked types over (rows, blocks of 32, tokens) shapes, each with the
+// row range split on a group boundary (group_rows) and on an odd row (a range that starts and
+// ends inside groups). Q4_K/Q6_K get whole super-blocks (8 blocks; 5 of them cross a 32-slice
+// K-chunk).
+void check_repacked_quant_matmuls(
+    Isa isa, std::initializer_list<std::tuple<unsigned, unsigned, unsigned>> shapes,
+    unsigned group_rows, unsigned seed_step, std::initializer_list<hllm::DType> types) {
+  for (auto [rows, blocks, n] : shapes) {
+    const auto seed = static_cast<std::uint32_t>(rows * seed_step + blocks + n);
     const std::size_t cols = 32 * blocks;
-    const auto seed = static_cast<std::uint32_t>(rows * 5 + blocks + n);
-    for (std::size_t split : {rows / 2 / 8 * 8, rows / 2 | 1}) {
-      check_quant_matmul<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0_x8, rows, cols, n, seed,
-                                          split);
-      check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0_x8, rows, cols, n, seed,
-                                          split);
-      // Q4_K: whole super-blocks (8 blocks); 5 of them cross a 32-slice K-chunk.
-      const std::size_t supers = (blocks + 7) / 8 + (blocks > 32 ? 1 : 0);
-      check_quant_matmul<hllm::BlockQ4_K>(GetParam(), hllm::DType::q4_k_x8, rows,
-                                          hllm::kQK_K * supers, n, seed, split);
-      check_quant_matmul<hllm::BlockQ6_K>(GetParam(), hllm::DType::q6_k_x8, rows,
-                                          hllm::kQK_K * supers, n, seed, split);
-    }
+    const std::size_t k_cols = hllm::kQK_K * ((blocks + 7) / 8 + (blocks > 32 ? 1 : 0));
+    for (std::size_t split :
+         {std::max(group_rows, rows / 2 / group_rows * group_rows), rows / 2 | 1})
+      for (hllm::DType type : types) switch (hllm::file_type_of(type)) {
+          case hllm::DType::q8_0:
+            check_quant_matmul<hllm::BlockQ8_0>(isa, type, rows, cols, n, seed, split);
+            break;
+          case hllm::DType::q4_0:
+            check_quant_matmul<hllm::BlockQ4_0>(isa, type, rows, cols, n, seed, split);
+            break;
+          case hllm::DType::q4_k:
+            check_quant_matmul<hllm::BlockQ4_K>(isa, type, rows, k_cols, n, seed, split);
+            break;
+          default: check_quant_matmul<hllm::BlockQ6_K>(isa, type, rows, k_cols, n, seed, split);
+        }
   }
 }
 
+// Q4_0/Q8_0/Q4_K/Q6_K repacked 8 rows to a group (Interleaved8): on VNNI CPUs whole groups take the
+// interleaved decode kernel (under 8 tokens) or the packed-panel GEMM (16-row panels from two
+// groups, the last group of an odd count by the decode kernel); other ISAs and rows outside
+// whole groups copy rows out to the row-major kernels. Decode and prefill token counts, K-chunk
+// crossings (33, 70 blocks) and the 256-token chunk.
+TEST_P(KernelIsa, InterleavedQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
+  using hllm::DType;
+  check_repacked_quant_matmuls(GetParam(),
+                               {{8u, 1u, 1u},
+                                {16u, 3u, 2u},
+                                {24u, 33u, 1u},
+                                {40u, 70u, 7u},
+                                {56u, 5u, 8u},
+                                {24u, 64u, 17u},
+                                {48u, 33u, 271u}},
+                               8, 5,
+                               {DType::q8_0_x8, DType::q4_0_x8, DType::q4_k_x8, DType::q6_k_x8});
+}
+
 // Q4_0/Q8_0 in 16-row panels of two block columns and Q4_K of one super-block column
-// (Interleaved16): on VNNI CPUs whole groups
-// take decode_group16 (under 8 tokens) or the packed-panel GEMM, whose panels load straight
-// from them; other ISAs and rows outside whole groups copy rows out. Row ranges split on a group
-// boundary and on an odd row, decode and prefill token counts, K-chunk crossings (34, 70
-// blocks) and the 256-token chunk.
+// (Interleaved16): on VNNI CPUs whole groups take decode_group16 (under 8 tokens) or the
+// packed-panel GEMM, whose panels load straight from them; other ISAs and rows outside whole
+// groups copy rows out. Decode and prefill token counts, K-chunk crossings (34, 70 blocks) and
+// the 256-token chunk.
 TEST_P(KernelIsa, PanelQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
-  for (auto [rows, blocks, n] : {std::tuple{16u, 2u, 1u},
-                                 {32u, 34u, 1u},
-                                 {48u, 70u, 7u},
-                                 {64u, 6u, 8u},
-                                 {32u, 64u, 17u},
-                                 {48u, 34u, 271u}}) {
-    const std::size_t cols = 32 * blocks;
-    const auto seed = static_cast<std::uint32_t>(rows * 3 + blocks + n);
-    for (std::size_t split : {std::max(16u, rows / 2 / 16 * 16), rows / 2 | 1}) {
-      check_quant_matmul<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0_x16, rows, cols, n, seed,
-                                          split);
-      check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0_x16, rows, cols, n, seed,
-                                          split);
-      // Q4_K: whole super-blocks (8 blocks); 5 of them cross a 32-slice K-chunk.
-      const std::size_t supers = (blocks + 7) / 8 + (blocks > 32 ? 1 : 0);
-      check_quant_matmul<hllm::BlockQ4_K>(GetParam(), hllm::DType::q4_k_x16, rows,
-                                          hllm::kQK_K * supers, n, seed, split);
-    }
-  }
+  using hllm::DType;
+  check_repacked_quant_matmuls(GetParam(),
+                               {{16u, 2u, 1u},
+                                {32u, 34u, 1u},
+                                {48u, 70u, 7u},
+                                {64u, 6u, 8u},
+                                {32u, 64u, 17u},
+                                {48u, 34u, 271u}},
+                               16, 3, {DType::q8_0_x16, DType::q4_0_x16, DType::q4_k_x16});
 }
 
 // Repacking keeps every block: each reads back bit for bit (Q4_K's unpacked scales pack again

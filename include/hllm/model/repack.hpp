@@ -55,6 +55,17 @@ inline DType interleaved_type(const WeightTensor& w) noexcept {
 
 namespace detail {
 
+// w's blocks of Block (`block_values` weights each) into out as Group<Block> units.
+template <template <class> class Group, class Block>
+inline void interleave_as(const WeightTensor& w, std::size_t block_values, void* out) {
+  const auto* blocks = static_cast<const Block*>(w.data);
+  auto* groups = static_cast<Group<Block>*>(out);
+  if constexpr (Group<Block>::kRows == 8)
+    interleave_rows8(blocks, w.rows, w.cols / block_values, groups);
+  else
+    interleave_rows16(blocks, w.rows, w.cols / block_values, groups);
+}
+
 // Hands the whole pages inside [data, data + bytes) back to the kernel. Only for a private
 // read-only file mapping: a page read again later faults back in from the file.
 inline void release_mapped_pages(const void* data, std::size_t bytes) {
@@ -105,36 +116,14 @@ inline DType repack_tensor(const WeightTensor& w, DType to, void* out) {
   if (!allowed || to == w.type)
     throw Error(ErrorKind::internal,
                 dtype_name(w.type) + " has no repacked layout " + dtype_name(to), {}, w.name);
-  const std::size_t blocks = w.cols / 32;
   switch (to) {
-    case DType::q4_0_x8:
-      interleave_rows8(static_cast<const BlockQ4_0*>(w.data), w.rows, blocks,
-                       static_cast<BlockQ4_0x8*>(out));
-      break;
-    case DType::q8_0_x8:
-      interleave_rows8(static_cast<const BlockQ8_0*>(w.data), w.rows, blocks,
-                       static_cast<BlockQ8_0x8*>(out));
-      break;
-    case DType::q4_0_x16:
-      interleave_rows16(static_cast<const BlockQ4_0*>(w.data), w.rows, blocks,
-                        static_cast<BlockQ4_0x16*>(out));
-      break;
-    case DType::q8_0_x16:
-      interleave_rows16(static_cast<const BlockQ8_0*>(w.data), w.rows, blocks,
-                        static_cast<BlockQ8_0x16*>(out));
-      break;
-    case DType::q4_k_x8:
-      interleave_rows8(static_cast<const BlockQ4_K*>(w.data), w.rows, w.cols / kQK_K,
-                       static_cast<BlockQ4_Kx8*>(out));
-      break;
-    case DType::q4_k_x16:
-      interleave_rows16(static_cast<const BlockQ4_K*>(w.data), w.rows, w.cols / kQK_K,
-                        static_cast<BlockQ4_Kx16*>(out));
-      break;
-    case DType::q6_k_x8:
-      interleave_rows8(static_cast<const BlockQ6_K*>(w.data), w.rows, w.cols / kQK_K,
-                       static_cast<BlockQ6_Kx8*>(out));
-      break;
+    case DType::q4_0_x8: detail::interleave_as<Interleaved8, BlockQ4_0>(w, 32, out); break;
+    case DType::q8_0_x8: detail::interleave_as<Interleaved8, BlockQ8_0>(w, 32, out); break;
+    case DType::q4_k_x8: detail::interleave_as<Interleaved8, BlockQ4_K>(w, kQK_K, out); break;
+    case DType::q6_k_x8: detail::interleave_as<Interleaved8, BlockQ6_K>(w, kQK_K, out); break;
+    case DType::q4_0_x16: detail::interleave_as<Interleaved16, BlockQ4_0>(w, 32, out); break;
+    case DType::q8_0_x16: detail::interleave_as<Interleaved16, BlockQ8_0>(w, 32, out); break;
+    case DType::q4_k_x16: detail::interleave_as<Interleaved16, BlockQ4_K>(w, kQK_K, out); break;
     default:  // bf16_x16
       interleave_bf16_rows16(static_cast<const bf16*>(w.data), w.rows, w.cols,
                              static_cast<std::uint32_t*>(out));
