@@ -296,14 +296,15 @@ constexpr std::uint8_t interleaved16_byte(std::uint8_t file_byte) noexcept {
   return std::is_same_v<Block, BlockQ8_0> ? static_cast<std::uint8_t>(file_byte ^ 0x80) : file_byte;
 }
 
-// Block b of row r (`blocks` per row) of an Interleaved16 matrix, in the file's layout; and its
-// inverse, which puts src (block b of row r) into its places.
 // The unit holding block b of row r (`blocks` per row) of an Interleaved16 matrix.
 template <class Block>
 constexpr std::size_t unit_index(std::size_t blocks, std::size_t r, std::size_t b) noexcept {
   constexpr std::size_t kColumns = Interleaved16<Block>::kColumns;
   return (r / 16) * (blocks / kColumns) + b / kColumns;
 }
+
+// Block b of row r (`blocks` per row) of an Interleaved16 matrix, in the file's layout; and its
+// inverse, which puts src (block b of row r) into its places. (Q4_K: the overloads below.)
 template <class Block>
 inline Block block_at(const Interleaved16<Block>* w, std::size_t blocks, std::size_t r,
                       std::size_t b) {

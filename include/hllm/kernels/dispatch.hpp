@@ -250,6 +250,7 @@ HLLM_TARGET_END
 HLLM_TARGET_AVX512_VNNI_BEGIN
 namespace hllm::kernels::avx512_vnni {
 using avx512::q6_k_slice_values;
+using avx512::VecF32;
 // clang-format off
 #include "hllm/kernels/gemm_vnni-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"

@@ -405,9 +405,9 @@ struct InterleavedPanels {
   }
 };
 
-// Q4_0/Q8_0 in 16-row panels (Interleaved16): the unit's registers are the panel's, so packing
-// is plain loads (Q8_0 already holds q + 128; Q4_0 nibbles are split and offset as above), where
-// the file's and the 8-row layouts take a gather per register.
+// Q4_0/Q8_0/Q4_K in 16-row panels (Interleaved16): the unit's registers are the panel's, so
+// packing is plain loads (Q8_0 already holds q + 128; Q4_0 nibbles are split and offset as above,
+// Q4_K's by slice), where the file's and the 8-row layouts take a gather per register.
 template <class Block>
 struct Interleaved16Panels {
   const Interleaved16<Block>* w;  // r must be a multiple of 16
@@ -420,12 +420,10 @@ struct Interleaved16Panels {
         // Slice j of super-block b / 8: the low (j even) or high nibbles of pair j / 2.
         const BlockQ4_Kx16& unit = group[b / 8];
         const std::size_t j = b % 8;
-        p.scales = _mm512_mul_ps(
-            bytes_to_floats(unit.pairs[j / 2].scales[j % 2]),
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.d))));
-        p.mins = _mm512_mul_ps(
-            bytes_to_floats(unit.pairs[j / 2].mins[j % 2]),
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.dmin))));
+        p.scales =
+            _mm512_mul_ps(bytes_to_floats(unit.pairs[j / 2].scales[j % 2]), VecF32::load(unit.d));
+        p.mins =
+            _mm512_mul_ps(bytes_to_floats(unit.pairs[j / 2].mins[j % 2]), VecF32::load(unit.dmin));
         const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(4 * (j & 1)));
         const __m512i mask = _mm512_set1_epi8(0x0f);
         _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] = _mm512_and_si512(
@@ -433,7 +431,7 @@ struct Interleaved16Panels {
       } else {
         const Interleaved16<Block>& unit = group[b / 2];
         const std::size_t h = b % 2;
-        p.scales = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.d[h])));
+        p.scales = VecF32::load(unit.d[h]);
         if constexpr (std::is_same_v<Block, BlockQ4_0>) {
           _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k)
               q4_0_panel_values(_mm512_loadu_si512(unit.qs[h][k]), k, p);

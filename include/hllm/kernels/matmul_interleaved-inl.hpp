@@ -1,7 +1,7 @@
 // Matrix products for weights repacked at load time, 8 rows to a group (Interleaved8:
 // DType::q4_0_x8, q8_0_x8, q4_k_x8, q6_k_x8) or 16 rows to a panel (Interleaved16: q4_0_x16,
-// q8_0_x16), written once and compiled per ISA (see dispatch.hpp), after the row-major kernels
-// it falls back on. No include guard, by design.
+// q8_0_x16, q4_k_x16), written once and compiled per ISA (see dispatch.hpp), after the row-major
+// kernels it falls back on. No include guard, by design.
 //
 // With VNNI, whole groups run on the repacked layout directly: decode (fewer than
 // kPackedMinTokens tokens) with decode_group8, which loads each activation block once for 8
@@ -247,9 +247,6 @@ inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, s
   const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
   for (std::size_t u = 0; u < units; ++u) {
     const Interleaved16<Block>& unit = w[u];
-    const __m512i d = _mm512_loadu_si512(unit.d);
-    const __m512 scales[2] = {_mm512_cvtph_ps(_mm512_castsi512_si256(d)),
-                              _mm512_cvtph_ps(_mm512_extracti64x4_epi64(d, 1))};
     _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
       const BlockQ8Act& a = x[2 * u + h];
       __m512i dot;
@@ -268,7 +265,7 @@ inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, s
         dot = _mm512_add_epi32(low, _mm512_srai_epi32(high, 4));
       }
       acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                               _mm512_mul_ps(scales[h], _mm512_set1_ps(a.d)), acc[h]);
+                               _mm512_mul_ps(VecF32::load(unit.d[h]), _mm512_set1_ps(a.d)), acc[h]);
     }
   }
   _mm512_storeu_ps(out, _mm512_add_ps(acc[0], acc[1]));
@@ -285,9 +282,7 @@ inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size
   const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
   for (std::size_t s = 0; s < supers; ++s) {
     const BlockQ4_Kx16& unit = w[s];
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.d)));
-    const __m512 dmin =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit.dmin)));
+    const __m512 d = VecF32::load(unit.d), dmin = VecF32::load(unit.dmin);
     const BlockQ8Act* a = x + 8 * s;
     _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
       const BlockQ4_Kx16::Pair& pair = unit.pairs[p];
@@ -387,8 +382,8 @@ inline void matmul_x8(const void* w, std::size_t rows, std::size_t cols, const B
                      row_begin, row_end);
 }
 
-// Rows [row_begin, row_end) of y: [n_tokens][rows] for Q4_0/Q8_0 weights in 16-row panels,
-// w: [rows/16][blocks/2] units, and x: [n_tokens][blocks] activation blocks. With VNNI, whole
+// Rows [row_begin, row_end) of y: [n_tokens][rows] for Q4_0/Q8_0/Q4_K weights in 16-row panels,
+// w: [rows/16][cols/kValues] units, and x: [n_tokens][cols/32] activation blocks. With VNNI, whole
 // groups take the packed-panel GEMM (prefill; its panels are plain loads of these) or
 // decode_group16; everything else copies rows out.
 template <class Block>
