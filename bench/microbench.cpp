@@ -231,6 +231,7 @@ BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k_x16>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k_x8>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k_x16>)->Apply(quant_matmul_shapes);
 
 // The exact path for quantized weights (float32 activations, no activation rounding): what a
 // Q8_0 output projection and exact sessions run on. Decode shapes only, file layouts. Counters

@@ -486,21 +486,22 @@ TEST_P(KernelIsa, InterleavedQuantMatmulMatchesTwinAndExactWithinDerivedBounds) 
                                {DType::q8_0_x8, DType::q4_0_x8, DType::q4_k_x8, DType::q6_k_x8});
 }
 
-// Q4_0/Q8_0 in 16-row panels of two block columns and Q4_K of one super-block column
+// Q4_0/Q8_0 in 16-row panels of two block columns and Q4_K/Q6_K of one super-block column
 // (Interleaved16): on VNNI CPUs whole groups take decode_group16 (under 8 tokens) or the
 // packed-panel GEMM, whose panels load straight from them; other ISAs and rows outside whole
 // groups copy rows out. Decode and prefill token counts, K-chunk crossings (34, 70 blocks) and
 // the 256-token chunk.
 TEST_P(KernelIsa, PanelQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
   using hllm::DType;
-  check_repacked_quant_matmuls(GetParam(),
-                               {{16u, 2u, 1u},
-                                {32u, 34u, 1u},
-                                {48u, 70u, 7u},
-                                {64u, 6u, 8u},
-                                {32u, 64u, 17u},
-                                {48u, 34u, 271u}},
-                               16, 3, {DType::q8_0_x16, DType::q4_0_x16, DType::q4_k_x16});
+  check_repacked_quant_matmuls(
+      GetParam(),
+      {{16u, 2u, 1u},
+       {32u, 34u, 1u},
+       {48u, 70u, 7u},
+       {64u, 6u, 8u},
+       {32u, 64u, 17u},
+       {48u, 34u, 271u}},
+      16, 3, {DType::q8_0_x16, DType::q4_0_x16, DType::q4_k_x16, DType::q6_k_x16});
 }
 
 // Repacking keeps every block: each reads back bit for bit (Q4_K's unpacked scales pack again
@@ -544,12 +545,14 @@ TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
                                                                  hllm::DType::q8_0_x16, 128, 32);
   check_interleaved_layout<hllm::BlockQ4_K, hllm::Interleaved16>(GetParam(), hllm::DType::q4_k,
                                                                  hllm::DType::q4_k_x16, 512, 32);
+  check_interleaved_layout<hllm::BlockQ6_K, hllm::Interleaved16>(GetParam(), hllm::DType::q6_k,
+                                                                 hllm::DType::q6_k_x16, 512, 32);
 }
 
 // Which layout each shape gets: the 16-row panels where they fit (rows a multiple of 16, an even
 // number of blocks), else the 8-row groups, else none; and repack_tensor refuses a layout the
 // shape does not allow.
-TEST(Repack, Q4_0Q8_0AndQ4_KTakeThePanelsWhereTheShapeAllows) {
+TEST(Repack, QuantizedTypesTakeThePanelsWhereTheShapeAllows) {
   using hllm::DType;
   for (DType type : {DType::q4_0, DType::q8_0}) {
     const bool q4 = type == DType::q4_0;
@@ -566,12 +569,23 @@ TEST(Repack, Q4_0Q8_0AndQ4_KTakeThePanelsWhereTheShapeAllows) {
                                      q4 ? DType::q4_0_x16 : DType::q8_0_x16, out.data()),
                  hllm::Error);
   }
-  const auto q4_k = [](std::size_t rows) {
-    return hllm::interleaved_type(hllm::WeightTensor{DType::q4_k, nullptr, rows, 256, "w"});
-  };
-  EXPECT_EQ(q4_k(32), DType::q4_k_x16);
-  EXPECT_EQ(q4_k(24), DType::q4_k_x8);
-  EXPECT_EQ(q4_k(20), DType::q4_k);
+  for (DType type : {DType::q4_k, DType::q6_k}) {
+    const bool q4 = type == DType::q4_k;
+    const auto of = [&](std::size_t rows) {
+      return hllm::interleaved_type(hllm::WeightTensor{type, nullptr, rows, 256, "w"});
+    };
+    EXPECT_EQ(of(32), q4 ? DType::q4_k_x16 : DType::q6_k_x16);
+    EXPECT_EQ(of(24), q4 ? DType::q4_k_x8 : DType::q6_k_x8);
+    EXPECT_EQ(of(20), type);
+    const auto bytes = random_weight_bytes(type, 32, 256, 4);
+    std::vector<std::byte> out(bytes.size() * 2);
+    EXPECT_EQ(hllm::repack_tensor(hllm::WeightTensor{type, bytes.data(), 32, 256, "w"},
+                                  q4 ? DType::q4_k_x8 : DType::q6_k_x8, out.data()),
+              q4 ? DType::q4_k_x8 : DType::q6_k_x8);  // the 8-row groups fit too
+    EXPECT_THROW(hllm::repack_tensor(hllm::WeightTensor{type, bytes.data(), 32, 256, "w"},
+                                     q4 ? DType::q4_0_x16 : DType::q8_0_x16, out.data()),
+                 hllm::Error);
+  }
 }
 
 // The AVX512-BF16 kernel rounds activations to bf16 (8 significant bits: |x − bf16(x)| <=

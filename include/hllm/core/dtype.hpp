@@ -22,8 +22,8 @@ enum class DType : std::uint32_t {
   q6_k = 14,
   bf16 = 30,
   // Not file types: Q4_0, Q8_0, Q4_K and Q6_K repacked at load time with 8 rows interleaved block
-  // by block (Interleaved8 in quant_blocks.hpp), for the decode kernels; Q4_0, Q8_0 and Q4_K in
-  // 16-row panels (Interleaved16), for the VNNI decode and GEMM, where the shape allows; and BF16
+  // by block (Interleaved8 in quant_blocks.hpp), for the decode kernels; the same four in 16-row
+  // panels (Interleaved16), for the VNNI decode and GEMM, where the shape allows; and BF16
   // in 16-row column-pair panels (bf16_panels.hpp), for the BF16 GEMM and decode. Numbered past
   // every ggml type; the GGUF reader and writer refuse them (DTypeInfo::in_files).
   q4_0_x8 = 0x10000 | 2,
@@ -34,6 +34,7 @@ enum class DType : std::uint32_t {
   q4_0_x16 = 0x20000 | 2,
   q8_0_x16 = 0x20000 | 8,
   q4_k_x16 = 0x20000 | 12,
+  q6_k_x16 = 0x20000 | 14,
 };
 
 struct DTypeInfo {
@@ -69,6 +70,8 @@ inline bool dtype_info(DType type, DTypeInfo& info) noexcept {
     case DType::q8_0_x16: info = {"Q8_0_X16", 32, 34, false}; return true;
     // As Q4_K_X8; `rows` a multiple of 16.
     case DType::q4_k_x16: info = {"Q4_K_X16", 256, 148, false}; return true;
+    // 3392 bytes per 16 rows' super-block: the file's 210 per row, padded to whole cache lines.
+    case DType::q6_k_x16: info = {"Q6_K_X16", 256, 212, false}; return true;
   }
   return false;
 }
@@ -90,6 +93,7 @@ constexpr DType file_type_of(DType type) noexcept {
     case DType::q4_0_x16: return DType::q4_0;
     case DType::q8_0_x16: return DType::q8_0;
     case DType::q4_k_x16: return DType::q4_k;
+    case DType::q6_k_x16: return DType::q6_k;
     default: return type;
   }
 }

@@ -289,6 +289,55 @@ using BlockQ4_Kx16 = Interleaved16<BlockQ4_K>;
 static_assert(sizeof(BlockQ4_Kx16) == 16 * 148 && sizeof(BlockQ4_Kx16) % 64 == 0,
               "DTypeInfo of q4_k_x16; every unit starts a cache line");
 
+// Q6_K in 16-row panels (DType::q6_k_x16): one super-block column of 16 rows. Their scales d on
+// the first line; then per half h of the super-block (values 128h..128h+127: four 32-value slices
+// i = 0..3), the 16-value sub-blocks' int8 scales ([sub-block][row]: one 16-byte load each) and
+// the 6-bit values as vpdpbusd operands, three registers per group k of four values: register j
+// (0..2) holds, for each row r, slice j's values 4k..4k+3 in bits 0-5 of its 4 bytes and two
+// bits of slice 3's same values in bits 6-7 (bits 2j, 2j+1; q6_k_panel_byte). Why: slices 0..2
+// are one AND each, slice 3 a few shifts and selects (as 4·q, in place), where the file's split
+// into nibbles and bit pairs costs a shift, two ANDs and an OR per slice. A decode reads the unit
+// front to back. 3392 bytes (53 lines) per unit, 212 per row's super-block (the file's 210 plus
+// padding to whole lines).
+template <>
+struct Interleaved16<BlockQ6_K> {
+  static constexpr std::size_t kRows = 16, kColumns = 1, kValues = kQK_K;
+  struct Half {
+    std::int8_t scales[8][kRows];     // [16-value sub-block of the half][row]
+    std::uint8_t qs[8][3][kRows][4];  // [group k][register j][row][byte]
+  };
+  f16 d[kRows];
+  std::uint8_t padding[32];  // keeps each half on whole lines
+  Half halves[2];
+};
+using BlockQ6_Kx16 = Interleaved16<BlockQ6_K>;
+static_assert(sizeof(BlockQ6_Kx16) == 16 * 212 && sizeof(BlockQ6_Kx16) % 64 == 0,
+              "DTypeInfo of q6_k_x16; every unit starts a cache line");
+
+// The 6-bit values (0..63; a weight is d·scale·(q − 32)) of the four slices of half h of a Q6_K
+// block at place l (0..31): slice i's value l is element 128h + 32i + l, its low 4 bits the low
+// (i < 2) or high nibble of ql[64h + 32(i & 1) + l], its high 2 bits bits 2i, 2i + 1 of
+// qh[32h + l] (as reference::q6_k_slice_layout); and the inverse, which sets those three bytes.
+inline void q6_k_values_at(const BlockQ6_K& b, std::size_t h, std::size_t l, std::uint8_t (&q)[4]) {
+  const unsigned lo = b.ql[64 * h + l], hi = b.ql[64 * h + 32 + l], top = b.qh[32 * h + l];
+  q[0] = static_cast<std::uint8_t>((lo & 0x0f) | (top & 3) << 4);
+  q[1] = static_cast<std::uint8_t>((hi & 0x0f) | (top >> 2 & 3) << 4);
+  q[2] = static_cast<std::uint8_t>((lo >> 4) | (top >> 4 & 3) << 4);
+  q[3] = static_cast<std::uint8_t>((hi >> 4) | (top >> 6) << 4);
+}
+inline void q6_k_set_values_at(BlockQ6_K& b, std::size_t h, std::size_t l,
+                               const std::uint8_t (&q)[4]) {
+  b.ql[64 * h + l] = static_cast<std::uint8_t>((q[0] & 0x0f) | (q[2] & 0x0f) << 4);
+  b.ql[64 * h + 32 + l] = static_cast<std::uint8_t>((q[1] & 0x0f) | (q[3] & 0x0f) << 4);
+  b.qh[32 * h + l] =
+      static_cast<std::uint8_t>(q[0] >> 4 | (q[1] >> 4) << 2 | (q[2] >> 4) << 4 | (q[3] >> 4) << 6);
+}
+
+// Byte j (0..2) of BlockQ6_Kx16's registers for the values q[0..3] of slices 0..3 at one place.
+inline std::uint8_t q6_k_panel_byte(const std::uint8_t (&q)[4], std::size_t j) {
+  return static_cast<std::uint8_t>(q[j] | ((q[3] >> (2 * j)) & 3) << 6);
+}
+
 // The byte Interleaved16 stores for a quant byte of the file: Q8_0's int8 plus 128 (as u8),
 // Q4_0's nibble pair unchanged; and back.
 template <class Block>
@@ -352,6 +401,41 @@ inline void place_in_group(const BlockQ4_K& src, std::size_t r, std::size_t, Blo
   for (std::size_t p = 0; p < 4; ++p)
     for (std::size_t k = 0; k < 8; ++k)
       std::memcpy(unit.pairs[p].qs[k][i], src.qs + 32 * p + 4 * k, 4);
+}
+
+inline BlockQ6_K block_at(const BlockQ6_Kx16* w, std::size_t supers, std::size_t r, std::size_t s) {
+  const BlockQ6_Kx16& unit = w[unit_index<BlockQ6_K>(supers, r, s)];
+  const std::size_t row = r % 16;
+  BlockQ6_K out;
+  out.d = unit.d[row];
+  for (std::size_t h = 0; h < 2; ++h) {
+    const BlockQ6_Kx16::Half& half = unit.halves[h];
+    for (std::size_t j = 0; j < 8; ++j) out.scales[8 * h + j] = half.scales[j][row];
+    for (std::size_t l = 0; l < 32; ++l) {
+      const std::uint8_t b0 = half.qs[l / 4][0][row][l % 4], b1 = half.qs[l / 4][1][row][l % 4],
+                         b2 = half.qs[l / 4][2][row][l % 4];
+      const std::uint8_t q[4] = {
+          static_cast<std::uint8_t>(b0 & 0x3f), static_cast<std::uint8_t>(b1 & 0x3f),
+          static_cast<std::uint8_t>(b2 & 0x3f),
+          static_cast<std::uint8_t>(b0 >> 6 | (b1 >> 6) << 2 | (b2 >> 6) << 4)};
+      q6_k_set_values_at(out, h, l, q);
+    }
+  }
+  return out;
+}
+inline void place_in_group(const BlockQ6_K& src, std::size_t r, std::size_t, BlockQ6_Kx16& unit) {
+  const std::size_t row = r % 16;
+  unit.d[row] = src.d;
+  std::memset(unit.padding, 0, sizeof unit.padding);
+  for (std::size_t h = 0; h < 2; ++h) {
+    BlockQ6_Kx16::Half& half = unit.halves[h];
+    for (std::size_t j = 0; j < 8; ++j) half.scales[j][row] = src.scales[8 * h + j];
+    for (std::size_t l = 0; l < 32; ++l) {
+      std::uint8_t q[4];
+      q6_k_values_at(src, h, l, q);
+      for (std::size_t j = 0; j < 3; ++j) half.qs[l / 4][j][row][l % 4] = q6_k_panel_byte(q, j);
+    }
+  }
 }
 
 // Repacks w: [rows][blocks] (rows a multiple of 16, blocks a multiple of kColumns; K-quants:

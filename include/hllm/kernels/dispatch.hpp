@@ -91,9 +91,10 @@ struct KernelTable {
   // Load-time repacked BF16 (DType::bf16_x16): float32 activations in every table, and the
   // bf16-activation GEMM beside matmul_bf16_dot (nullptr without AVX512-BF16).
   MatmulFn matmul_bf16_x16, matmul_bf16_x16_dot;
-  // Load-time repacked Q8_0 / Q4_0 / Q4_K in 16-row panels (DType::*_x16): as the *_x8 ones.
-  QuantMatmulFn matmul_q8_0_x16, matmul_q4_0_x16, matmul_q4_k_x16;
-  MatmulFn dequant_q8_0_x16, dequant_q4_0_x16, dequant_q4_k_x16;
+  // Load-time repacked Q8_0 / Q4_0 / Q4_K / Q6_K in 16-row panels (DType::*_x16): as the *_x8
+  // ones.
+  QuantMatmulFn matmul_q8_0_x16, matmul_q4_0_x16, matmul_q4_k_x16, matmul_q6_k_x16;
+  MatmulFn dequant_q8_0_x16, dequant_q4_0_x16, dequant_q4_k_x16, dequant_q6_k_x16;
   // Whether this table's kernels run the repacked types faster than the file's layout (VNNI);
   // loaders repack for it (LoadOptions::repack).
   bool prefers_interleaved = false;
@@ -125,6 +126,7 @@ struct KernelTable {
       case DType::q8_0_x16: return dequant_q8_0_x16;
       case DType::q4_0_x16: return dequant_q4_0_x16;
       case DType::q4_k_x16: return dequant_q4_k_x16;
+      case DType::q6_k_x16: return dequant_q6_k_x16;
       default: return nullptr;
     }
   }
@@ -143,6 +145,7 @@ struct KernelTable {
       case DType::q8_0_x16: return matmul_q8_0_x16;
       case DType::q4_0_x16: return matmul_q4_0_x16;
       case DType::q4_k_x16: return matmul_q4_k_x16;
+      case DType::q6_k_x16: return matmul_q6_k_x16;
       default: return nullptr;
     }
   }
@@ -190,8 +193,9 @@ struct KernelTable {
         &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>,        \
         &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>, &ns::matmul_bf16_x16, nullptr,                   \
         &quant_ns::matmul_x16<BlockQ8_0>, &quant_ns::matmul_x16<BlockQ4_0>,                       \
-        &quant_ns::matmul_x16<BlockQ4_K>, &ns::matmul_dequant<BlockQ8_0x16, kQK8_0>,              \
-        &ns::matmul_dequant<BlockQ4_0x16, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx16, kQK_K>       \
+        &quant_ns::matmul_x16<BlockQ4_K>, &quant_ns::matmul_x16<BlockQ6_K>,                       \
+        &ns::matmul_dequant<BlockQ8_0x16, kQK8_0>, &ns::matmul_dequant<BlockQ4_0x16, kQK4_0>,     \
+        &ns::matmul_dequant<BlockQ4_Kx16, kQK_K>, &ns::matmul_dequant<BlockQ6_Kx16, kQK_K>        \
   }
 
 #define HLLM_ISA_LEVEL 0

@@ -292,6 +292,25 @@ inline __m512 bytes_to_floats(const std::uint8_t* p) {
       _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
+// Group k (values 4k..4k+3 of each of 16 rows) of a Q6_K panel half's four slices: q[0..2] the
+// 6-bit values (one AND each: bits 0-5 of the three registers), q[3] slice 3's value times 4,
+// assembled in place from the registers' top bit pairs (bits 6-7 of register 0, 1, 2 become
+// bits 2-3, 4-5, 6-7; the 16-bit shifts' spill from the neighbouring byte is masked off).
+inline void q6_k_panel_quants(const BlockQ6_Kx16::Half& half, std::size_t k, __m512i (&q)[4]) {
+  const __m512i low6 = _mm512_set1_epi8(0x3f);
+  const __m512i r0 = _mm512_loadu_si512(half.qs[k][0]), r1 = _mm512_loadu_si512(half.qs[k][1]),
+                r2 = _mm512_loadu_si512(half.qs[k][2]);
+  q[0] = _mm512_and_si512(r0, low6);
+  q[1] = _mm512_and_si512(r1, low6);
+  q[2] = _mm512_and_si512(r2, low6);
+  constexpr int kSelect = 0xD8;  // ternary logic: c ? b : a
+  const __m512i bits23_45 = _mm512_ternarylogic_epi32(
+      _mm512_srli_epi16(r0, 4), _mm512_srli_epi16(r1, 2), _mm512_set1_epi8(0x30), kSelect);
+  q[3] = _mm512_and_si512(
+      _mm512_ternarylogic_epi32(bits23_45, r2, _mm512_set1_epi8(static_cast<char>(0xc0)), kSelect),
+      _mm512_set1_epi8(static_cast<char>(0xfc)));
+}
+
 // The activation group a.qs[4k..4k+3] in every lane (the s8 operand of vpdpbusd).
 inline __m512i broadcast_group(const BlockQ8Act& a, std::size_t k) {
   std::int32_t group;
@@ -405,9 +424,10 @@ struct InterleavedPanels {
   }
 };
 
-// Q4_0/Q8_0/Q4_K in 16-row panels (Interleaved16): the unit's registers are the panel's, so
+// Q4_0/Q8_0/Q4_K/Q6_K in 16-row panels (Interleaved16): the unit's registers are the panel's, so
 // packing is plain loads (Q8_0 already holds q + 128; Q4_0 nibbles are split and offset as above,
-// Q4_K's by slice), where the file's and the 8-row layouts take a gather per register.
+// Q4_K's by slice, Q6_K's values unpacked by q6_k_panel_quants), where the file's and the 8-row
+// layouts take a gather per register.
 template <class Block>
 struct Interleaved16Panels {
   const Interleaved16<Block>* w;  // r must be a multiple of 16
@@ -416,7 +436,26 @@ struct Interleaved16Panels {
     const Interleaved16<Block>* group = w + (r / 16) * units;
     for (std::size_t b = b0; b < b0 + n; ++b) {
       PanelBlock& p = out[b - b0];
-      if constexpr (std::is_same_v<Block, BlockQ4_K>) {
+      if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+        // Slice j of super-block b / 8: slice j % 4 of half j / 4, values offset to q + 96.
+        const BlockQ6_Kx16& unit = group[b / 8];
+        const std::size_t j = b % 8, i = j % 4;
+        const BlockQ6_Kx16::Half& half = unit.halves[j / 4];
+        const __m512 d = VecF32::load(unit.d);
+        const auto scales = [&](const std::int8_t* sub) {
+          return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(sub)))));
+        };
+        p.scales = scales(half.scales[2 * i]);
+        p.scales_hi = scales(half.scales[2 * i + 1]);
+        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+          __m512i q[4];
+          q6_k_panel_quants(half, k, q);
+          // 4·q has bits 0-1 clear, so the 16-bit shift's spill into bits 6-7 is zero.
+          p.values[k] =
+              _mm512_add_epi8(i == 3 ? _mm512_srli_epi16(q[3], 2) : q[i], _mm512_set1_epi8(96));
+        }
+      } else if constexpr (std::is_same_v<Block, BlockQ4_K>) {
         // Slice j of super-block b / 8: the low (j even) or high nibbles of pair j / 2.
         const BlockQ4_Kx16& unit = group[b / 8];
         const std::size_t j = b % 8;

@@ -1,7 +1,7 @@
 // Matrix products for weights repacked at load time, 8 rows to a group (Interleaved8:
 // DType::q4_0_x8, q8_0_x8, q4_k_x8, q6_k_x8) or 16 rows to a panel (Interleaved16: q4_0_x16,
-// q8_0_x16, q4_k_x16), written once and compiled per ISA (see dispatch.hpp), after the row-major
-// kernels it falls back on. No include guard, by design.
+// q8_0_x16, q4_k_x16, q6_k_x16), written once and compiled per ISA (see dispatch.hpp), after the
+// row-major kernels it falls back on. No include guard, by design.
 //
 // With VNNI, whole groups run on the repacked layout directly: decode (fewer than
 // kPackedMinTokens tokens) with decode_group8, which loads each activation block once for 8
@@ -307,6 +307,50 @@ inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size
   }
   _mm512_storeu_ps(out, _mm512_sub_ps(_mm512_add_ps(acc[0], acc[1]), minimum));
 }
+
+// Decode of one 16-row group of Q6_K panels against one token: out[0..16). Per half of a
+// super-block, each slice's two 16-value sub-blocks run one chain each (groups 0..3 and 4..7),
+// started at their offset term −32·Σx (slice 3, whose values come as 4·q: −128·Σx, the
+// activation block's bias_lo and bias − bias_lo). A slice's two dots meet their int8 row scales
+// in integer (|dot·scale| <= 16·32·127·128 per sub-block: the sum of two is below 2^24, so its
+// conversion is exact; slice 3's is divided by 4 first, exactly), then one FMA by d·d_x.
+inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size_t supers,
+                           float* out) {
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (std::size_t s = 0; s < supers; ++s) {
+    const BlockQ6_Kx16& unit = w[s];
+    const __m512 d = VecF32::load(unit.d);
+    _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
+      const BlockQ6_Kx16::Half& half = unit.halves[h];
+      const BlockQ8Act* a = x + 8 * s + 4 * h;
+      __m512i dot[4][2];  // [slice][16-value sub-block]
+      _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
+        const __m512i lo = _mm512_set1_epi32(a[i].bias_lo);
+        const __m512i hi = _mm512_set1_epi32(a[i].bias - a[i].bias_lo);
+        dot[i][0] = i == 3 ? lo : _mm512_srai_epi32(lo, 2);
+        dot[i][1] = i == 3 ? hi : _mm512_srai_epi32(hi, 2);
+      }
+      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+        __m512i q[4];
+        q6_k_panel_quants(half, k, q);
+        _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) dot[i][k / 4] =
+            _mm512_dpbusd_epi32(dot[i][k / 4], q[i], broadcast_group(a[i], k));
+      }
+      _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
+        const auto scale = [&](std::size_t sub) {
+          return _mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(half.scales[2 * i + sub])));
+        };
+        __m512i scaled = _mm512_add_epi32(_mm512_mullo_epi32(dot[i][0], scale(0)),
+                                          _mm512_mullo_epi32(dot[i][1], scale(1)));
+        if (i == 3) scaled = _mm512_srai_epi32(scaled, 2);
+        acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled),
+                                 _mm512_mul_ps(d, _mm512_set1_ps(a[i].d)), acc[h]);
+      }
+    }
+  }
+  _mm512_storeu_ps(out, _mm512_add_ps(acc[0], acc[1]));
+}
 #endif
 
 // The row-major kernel of the file type (the fallback's).
@@ -382,9 +426,9 @@ inline void matmul_x8(const void* w, std::size_t rows, std::size_t cols, const B
                      row_begin, row_end);
 }
 
-// Rows [row_begin, row_end) of y: [n_tokens][rows] for Q4_0/Q8_0/Q4_K weights in 16-row panels,
-// w: [rows/16][cols/kValues] units, and x: [n_tokens][cols/32] activation blocks. With VNNI, whole
-// groups take the packed-panel GEMM (prefill; its panels are plain loads of these) or
+// Rows [row_begin, row_end) of y: [n_tokens][rows] for Q4_0/Q8_0/Q4_K/Q6_K weights in 16-row
+// panels, w: [rows/16][cols/kValues] units, and x: [n_tokens][cols/32] activation blocks. With
+// VNNI, whole groups take the packed-panel GEMM (prefill; its panels are plain loads of these) or
 // decode_group16; everything else copies rows out.
 template <class Block>
 inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, const BlockQ8Act* x,

@@ -185,6 +185,9 @@ inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, flo
     case DType::q4_k_x16:
       dequantize_interleaved_row<BlockQ4_K, kQK_K, Interleaved16>(w, row, out);
       return true;
+    case DType::q6_k_x16:
+      dequantize_interleaved_row<BlockQ6_K, kQK_K, Interleaved16>(w, row, out);
+      return true;
     case DType::q8_0: dequantize_blocks<BlockQ8_0, kQK8_0>(w, row, out); return true;
     case DType::q4_0: dequantize_blocks<BlockQ4_0, kQK4_0>(w, row, out); return true;
     case DType::q4_1: dequantize_blocks<BlockQ4_1, kQK4_1>(w, row, out); return true;
@@ -212,6 +215,7 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
     case DType::q8_0_x16:
     case DType::q4_0_x16:
     case DType::q4_k_x16:
+    case DType::q6_k_x16:
     case DType::bf16_x16:
     case DType::q4_1:
     case DType::q4_k:

@@ -1,7 +1,7 @@
 #pragma once
-// Load-time repacking of a model's Q4_0, Q8_0 and Q4_K projection weights into 16-row panels
-// (Interleaved16, DType::q4_0_x16 / q8_0_x16 / q4_k_x16), of Q6_K ones (and the others in shapes
-// the panels do not fit) into 8-row interleaved groups (Interleaved8, DType::*_x8), and of BF16
+// Load-time repacking of a model's Q4_0, Q8_0, Q4_K and Q6_K projection weights into 16-row panels
+// (Interleaved16, DType::*_x16), in shapes the panels do not fit into 8-row interleaved groups
+// (Interleaved8, DType::*_x8), and of BF16
 // ones into 16-row column-pair panels (DType::bf16_x16, core/bf16_panels.hpp). Decode reads
 // each weight once per token, and with the file's layout a kernel either streams one row at a time
 // (and redoes the activation and scale work per row) or reads 8 rows' streams at once (which
@@ -35,9 +35,9 @@
 
 namespace hllm {
 
-// The repacked type of a weight, or its own type when it has none: Q4_0/Q8_0/Q4_K into 16-row
-// panels where rows are a multiple of 16 (and Q4_0/Q8_0 blocks per row even), else (and Q6_K)
-// into 8-row groups where rows are a multiple of 8 and the columns of the block size; BF16 where
+// The repacked type of a weight, or its own type when it has none: Q4_0/Q8_0/Q4_K/Q6_K into 16-row
+// panels where rows are a multiple of 16 (and Q4_0/Q8_0 blocks per row even), else into 8-row
+// groups where rows are a multiple of 8 and the columns of the block size; BF16 where
 // rows are a multiple of 16 and the columns even.
 inline DType interleaved_type(const WeightTensor& w) noexcept {
   if (w.type == DType::bf16)
@@ -48,7 +48,7 @@ inline DType interleaved_type(const WeightTensor& w) noexcept {
     case DType::q4_0: return panels ? DType::q4_0_x16 : DType::q4_0_x8;
     case DType::q8_0: return panels ? DType::q8_0_x16 : DType::q8_0_x8;
     case DType::q4_k: return w.rows % 16 == 0 ? DType::q4_k_x16 : DType::q4_k_x8;
-    case DType::q6_k: return DType::q6_k_x8;
+    case DType::q6_k: return w.rows % 16 == 0 ? DType::q6_k_x16 : DType::q6_k_x8;
     default: return w.type;
   }
 }
@@ -106,13 +106,14 @@ inline std::shared_ptr<std::byte> allocate_huge_pages(std::size_t bytes) {
 }  // namespace detail
 
 // Writes w repacked as `to` into out (that type's bytes(), any alignment) and returns `to`:
-// interleaved_type(w), or the 8-row groups where that is Q4_0_X16 / Q8_0_X16 / Q4_K_X16 (the
-// shapes allow both).
+// interleaved_type(w), or the 8-row groups where that is one of the 16-row panels (the shapes
+// allow both).
 inline DType repack_tensor(const WeightTensor& w, DType to, void* out) {
   const DType best = interleaved_type(w);
   const bool allowed = to == best || (to == DType::q4_0_x8 && best == DType::q4_0_x16) ||
                        (to == DType::q8_0_x8 && best == DType::q8_0_x16) ||
-                       (to == DType::q4_k_x8 && best == DType::q4_k_x16);
+                       (to == DType::q4_k_x8 && best == DType::q4_k_x16) ||
+                       (to == DType::q6_k_x8 && best == DType::q6_k_x16);
   if (!allowed || to == w.type)
     throw Error(ErrorKind::internal,
                 dtype_name(w.type) + " has no repacked layout " + dtype_name(to), {}, w.name);
@@ -124,6 +125,7 @@ inline DType repack_tensor(const WeightTensor& w, DType to, void* out) {
     case DType::q4_0_x16: detail::interleave_as<Interleaved16, BlockQ4_0>(w, 32, out); break;
     case DType::q8_0_x16: detail::interleave_as<Interleaved16, BlockQ8_0>(w, 32, out); break;
     case DType::q4_k_x16: detail::interleave_as<Interleaved16, BlockQ4_K>(w, kQK_K, out); break;
+    case DType::q6_k_x16: detail::interleave_as<Interleaved16, BlockQ6_K>(w, kQK_K, out); break;
     default:  // bf16_x16
       interleave_bf16_rows16(static_cast<const bf16*>(w.data), w.rows, w.cols,
                              static_cast<std::uint32_t*>(out));
