@@ -1132,7 +1132,7 @@ std::uint64_t vm_size_bytes() {
 
 // Runs each case; exits with 0 if every one threw the expected hllm::Error, else with the
 // number of the first that did not (100 + n for a foreign exception such as std::bad_alloc).
-[[noreturn]] void run_capped(
+[[noreturn, maybe_unused]] void run_capped(  // unused when sanitized
     const std::vector<std::pair<std::function<void()>, ErrorKind>>& cases) {
   const rlimit cap{vm_size_bytes() + (std::uint64_t{1} << 30), RLIM_INFINITY};
   if (setrlimit(RLIMIT_AS, &cap) != 0) std::_Exit(99);
