@@ -180,23 +180,30 @@ std::vector<std::byte> random_k_quant(hllm::DType type, std::size_t n) {
   return bytes;
 }
 
+// rows × cols random weights of a quantized type; the repacked types as the file type's bytes,
+// repacked as a loader would (and, as a loader places them, 64-byte aligned: the file's layout
+// has no alignment to keep).
+hllm::AlignedBuffer<std::byte> random_quant_weights(hllm::DType type, std::size_t rows,
+                                                    std::size_t cols) {
+  const hllm::DType file_type = hllm::file_type_of(type);
+  const auto file_layout = file_type == hllm::DType::q4_k || file_type == hllm::DType::q6_k
+                               ? random_k_quant(file_type, rows * cols)
+                               : hllm::quant::quantize(file_type, random_floats(rows * cols, 1));
+  hllm::AlignedBuffer<std::byte> w(hllm::WeightTensor{type, nullptr, rows, cols, "w"}.bytes());
+  if (type != file_type)
+    hllm::repack_tensor({file_type, file_layout.data(), rows, cols, "w"}, type, w.data());
+  else
+    std::memcpy(w.data(), file_layout.data(), w.size());
+  return w;
+}
+
 template <hllm::DType kType>
 void BM_QuantMatmul(benchmark::State& state) {
   MatmulShape shape;
   if (!matmul_shape(state, shape)) return;
   const auto [isa, rows, cols, n] = shape;
   const auto& table = hllm::kernels::table_for(isa);
-  // The repacked types: the file type's bytes, repacked as a loader would (and, as a loader
-  // places them, 64-byte aligned: the file's layout has no alignment to keep).
-  constexpr hllm::DType kFileType = hllm::file_type_of(kType);
-  const auto file_layout = kFileType == hllm::DType::q4_k || kFileType == hllm::DType::q6_k
-                               ? random_k_quant(kFileType, rows * cols)
-                               : hllm::quant::quantize(kFileType, random_floats(rows * cols, 1));
-  hllm::AlignedBuffer<std::byte> w(hllm::WeightTensor{kType, nullptr, rows, cols, "w"}.bytes());
-  if constexpr (kType != kFileType)
-    hllm::repack_tensor({kFileType, file_layout.data(), rows, cols, "w"}, kType, w.data());
-  else
-    std::memcpy(w.data(), file_layout.data(), w.size());
+  const auto w = random_quant_weights(kType, rows, cols);
   const auto x = random_floats(n * cols, 2);
   std::vector<hllm::BlockQ8Act> xq(n * cols / 32);
   for (std::size_t t = 0; t < n; ++t)
@@ -234,16 +241,15 @@ BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k_x16>)->Apply(quant_matmul_shapes);
 
 // The exact path for quantized weights (float32 activations, no activation rounding): what a
-// Q8_0 output projection and exact sessions run on. Decode shapes only, file layouts. Counters
-// as above.
+// Q8_0 output projection and exact sessions run on. Decode shapes only; the file layouts, and
+// Q6_K repacked (an exact session on a model whose Q6_K output was repacked for the 8-bit path).
+// Counters as above.
 template <hllm::DType kType>
 void BM_ExactQuantMatmul(benchmark::State& state) {
   MatmulShape shape;
   if (!matmul_shape(state, shape)) return;
   const auto [isa, rows, cols, n] = shape;
-  const auto w = kType == hllm::DType::q6_k
-                     ? random_k_quant(kType, rows * cols)
-                     : hllm::quant::quantize(kType, random_floats(rows * cols, 1));
+  const auto w = random_quant_weights(kType, rows, cols);
   const auto x = random_floats(n * cols, 2);
   std::vector<float> y(n * rows);
   const auto fn = hllm::kernels::table_for(isa).dequant_matmul_for(kType);
@@ -261,6 +267,8 @@ void exact_quant_matmul_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_ExactQuantMatmul<hllm::DType::q8_0>)->Apply(exact_quant_matmul_shapes);
 BENCHMARK(BM_ExactQuantMatmul<hllm::DType::q6_k>)->Apply(exact_quant_matmul_shapes);
+BENCHMARK(BM_ExactQuantMatmul<hllm::DType::q6_k_x8>)->Apply(exact_quant_matmul_shapes);
+BENCHMARK(BM_ExactQuantMatmul<hllm::DType::q6_k_x16>)->Apply(exact_quant_matmul_shapes);
 
 // 8-bit activation quantization of one 2048-wide token (the per-matmul step before the
 // integer kernels); reports the float bytes read per second.

@@ -294,7 +294,7 @@ static_assert(sizeof(BlockQ4_Kx16) == 16 * 148 && sizeof(BlockQ4_Kx16) % 64 == 0
 // i = 0..3), the 16-value sub-blocks' int8 scales ([sub-block][row]: one 16-byte load each) and
 // the 6-bit values as vpdpbusd operands, three registers per group k of four values: register j
 // (0..2) holds, for each row r, slice j's values 4k..4k+3 in bits 0-5 of its 4 bytes and two
-// bits of slice 3's same values in bits 6-7 (bits 2j, 2j+1; q6_k_panel_byte). Why: slices 0..2
+// bits of slice 3's same values in bits 6-7 (bits 2j, 2j+1; q6_k_panel_words). Why: slices 0..2
 // are one AND each, slice 3 a few shifts and selects (as 4·q, in place), where the file's split
 // into nibbles and bit pairs costs a shift, two ANDs and an OR per slice. A decode reads the unit
 // front to back. 3392 bytes (53 lines) per unit, 212 per row's super-block (the file's 210 plus
@@ -315,27 +315,45 @@ static_assert(sizeof(BlockQ6_Kx16) == 16 * 212 && sizeof(BlockQ6_Kx16) % 64 == 0
               "DTypeInfo of q6_k_x16; every unit starts a cache line");
 
 // The 6-bit values (0..63; a weight is d·scale·(q − 32)) of the four slices of half h of a Q6_K
-// block at place l (0..31): slice i's value l is element 128h + 32i + l, its low 4 bits the low
-// (i < 2) or high nibble of ql[64h + 32(i & 1) + l], its high 2 bits bits 2i, 2i + 1 of
-// qh[32h + l] (as reference::q6_k_slice_layout); and the inverse, which sets those three bytes.
-inline void q6_k_values_at(const BlockQ6_K& b, std::size_t h, std::size_t l, std::uint8_t (&q)[4]) {
-  const unsigned lo = b.ql[64 * h + l], hi = b.ql[64 * h + 32 + l], top = b.qh[32 * h + l];
-  q[0] = static_cast<std::uint8_t>((lo & 0x0f) | (top & 3) << 4);
-  q[1] = static_cast<std::uint8_t>((hi & 0x0f) | (top >> 2 & 3) << 4);
-  q[2] = static_cast<std::uint8_t>((lo >> 4) | (top >> 4 & 3) << 4);
-  q[3] = static_cast<std::uint8_t>((hi >> 4) | (top >> 6) << 4);
+// block at places 4k..4k+3 (k = 0..7), one place per byte of q[i]: slice i's value l is element
+// 128h + 32i + l, its low 4 bits the low (i < 2) or high nibble of ql[64h + 32(i & 1) + l], its
+// high 2 bits bits 2i, 2i + 1 of qh[32h + l] (as reference::q6_k_slice_layout). Word: a 32-bit
+// word of four places, or a vector of such words (one per row of a panel): the shifts never
+// carry a bit that the masks keep across a byte.
+inline constexpr std::uint32_t kEachByte4 = 0x0f0f0f0f, kEachByte2 = 0x03030303;
+// file = {ql[64h + 4k ..], ql[64h + 32 + 4k ..], qh[32h + 4k ..]} → q, and back.
+template <class Word>
+inline void q6_k_values_from_file(const Word (&file)[3], Word (&q)[4]) {
+  const Word lo = file[0], hi = file[1], top = file[2];
+  q[0] = (lo & kEachByte4) | (top & kEachByte2) << 4;
+  q[1] = (hi & kEachByte4) | (top >> 2 & kEachByte2) << 4;
+  q[2] = (lo >> 4 & kEachByte4) | (top >> 4 & kEachByte2) << 4;
+  q[3] = (hi >> 4 & kEachByte4) | (top >> 6 & kEachByte2) << 4;
 }
-inline void q6_k_set_values_at(BlockQ6_K& b, std::size_t h, std::size_t l,
-                               const std::uint8_t (&q)[4]) {
-  b.ql[64 * h + l] = static_cast<std::uint8_t>((q[0] & 0x0f) | (q[2] & 0x0f) << 4);
-  b.ql[64 * h + 32 + l] = static_cast<std::uint8_t>((q[1] & 0x0f) | (q[3] & 0x0f) << 4);
-  b.qh[32 * h + l] =
-      static_cast<std::uint8_t>(q[0] >> 4 | (q[1] >> 4) << 2 | (q[2] >> 4) << 4 | (q[3] >> 4) << 6);
+template <class Word>
+inline void q6_k_file_from_values(const Word (&q)[4], Word (&file)[3]) {
+  file[0] = (q[0] & kEachByte4) | (q[2] & kEachByte4) << 4;
+  file[1] = (q[1] & kEachByte4) | (q[3] & kEachByte4) << 4;
+  file[2] = (q[0] >> 4 & kEachByte2) | (q[1] >> 4 & kEachByte2) << 2 |
+            (q[2] >> 4 & kEachByte2) << 4 | (q[3] >> 4 & kEachByte2) << 6;
 }
 
-// Byte j (0..2) of BlockQ6_Kx16's registers for the values q[0..3] of slices 0..3 at one place.
-inline std::uint8_t q6_k_panel_byte(const std::uint8_t (&q)[4], std::size_t j) {
-  return static_cast<std::uint8_t>(q[j] | ((q[3] >> (2 * j)) & 3) << 6);
+// BlockQ6_Kx16's three register words for the values q[0..3] of slices 0..3: word j holds q[j]
+// in bits 0-5 of each byte and bits 2j, 2j + 1 of q[3] in bits 6-7; and the inverse.
+template <class Word>
+inline void q6_k_panel_words(const Word (&q)[4], Word (&w)[3]) {
+  for (std::size_t j = 0; j < 3; ++j) w[j] = q[j] | (q[3] >> (2 * j) & kEachByte2) << 6;
+}
+template <class Word>
+inline void q6_k_panel_values(const Word (&w)[3], Word (&q)[4]) {
+  for (std::size_t j = 0; j < 3; ++j) q[j] = w[j] & 0x3f3f3f3fu;
+  q[3] = (w[0] >> 6 & kEachByte2) | (w[1] >> 6 & kEachByte2) << 2 | (w[2] >> 6 & kEachByte2) << 4;
+}
+
+// Where the file words of half h, places 4k..4k+3, live in a Q6_K block.
+template <class B>  // BlockQ6_K or const BlockQ6_K
+inline auto* q6_k_file_word(B& block, std::size_t h, std::size_t k, std::size_t i) {
+  return i < 2 ? block.ql + 64 * h + 32 * i + 4 * k : block.qh + 32 * h + 4 * k;
 }
 
 // The byte Interleaved16 stores for a quant byte of the file: Q8_0's int8 plus 128 (as u8),
@@ -411,14 +429,12 @@ inline BlockQ6_K block_at(const BlockQ6_Kx16* w, std::size_t supers, std::size_t
   for (std::size_t h = 0; h < 2; ++h) {
     const BlockQ6_Kx16::Half& half = unit.halves[h];
     for (std::size_t j = 0; j < 8; ++j) out.scales[8 * h + j] = half.scales[j][row];
-    for (std::size_t l = 0; l < 32; ++l) {
-      const std::uint8_t b0 = half.qs[l / 4][0][row][l % 4], b1 = half.qs[l / 4][1][row][l % 4],
-                         b2 = half.qs[l / 4][2][row][l % 4];
-      const std::uint8_t q[4] = {
-          static_cast<std::uint8_t>(b0 & 0x3f), static_cast<std::uint8_t>(b1 & 0x3f),
-          static_cast<std::uint8_t>(b2 & 0x3f),
-          static_cast<std::uint8_t>(b0 >> 6 | (b1 >> 6) << 2 | (b2 >> 6) << 4)};
-      q6_k_set_values_at(out, h, l, q);
+    for (std::size_t k = 0; k < 8; ++k) {
+      std::uint32_t words[3], q[4], file[3];
+      for (std::size_t j = 0; j < 3; ++j) std::memcpy(&words[j], half.qs[k][j][row], 4);
+      q6_k_panel_values(words, q);
+      q6_k_file_from_values(q, file);
+      for (std::size_t i = 0; i < 3; ++i) std::memcpy(q6_k_file_word(out, h, k, i), &file[i], 4);
     }
   }
   return out;
@@ -430,10 +446,12 @@ inline void place_in_group(const BlockQ6_K& src, std::size_t r, std::size_t, Blo
   for (std::size_t h = 0; h < 2; ++h) {
     BlockQ6_Kx16::Half& half = unit.halves[h];
     for (std::size_t j = 0; j < 8; ++j) half.scales[j][row] = src.scales[8 * h + j];
-    for (std::size_t l = 0; l < 32; ++l) {
-      std::uint8_t q[4];
-      q6_k_values_at(src, h, l, q);
-      for (std::size_t j = 0; j < 3; ++j) half.qs[l / 4][j][row][l % 4] = q6_k_panel_byte(q, j);
+    for (std::size_t k = 0; k < 8; ++k) {
+      std::uint32_t file[3], q[4], words[3];
+      for (std::size_t i = 0; i < 3; ++i) std::memcpy(&file[i], q6_k_file_word(src, h, k, i), 4);
+      q6_k_values_from_file(file, q);
+      q6_k_panel_words(q, words);
+      for (std::size_t j = 0; j < 3; ++j) std::memcpy(half.qs[k][j][row], &words[j], 4);
     }
   }
 }
