@@ -578,10 +578,12 @@ TEST(Repack, QuantizedTypesTakeThePanelsWhereTheShapeAllows) {
     EXPECT_EQ(of(24), q4 ? DType::q4_k_x8 : DType::q6_k_x8);
     EXPECT_EQ(of(20), type);
     const auto bytes = random_weight_bytes(type, 32, 256, 4);
-    std::vector<std::byte> out(bytes.size() * 2);
-    EXPECT_EQ(hllm::repack_tensor(hllm::WeightTensor{type, bytes.data(), 32, 256, "w"},
-                                  q4 ? DType::q4_k_x8 : DType::q6_k_x8, out.data()),
-              q4 ? DType::q4_k_x8 : DType::q6_k_x8);  // the 8-row groups fit too
+    const DType groups = q4 ? DType::q4_k_x8 : DType::q6_k_x8;  // the 8-row groups fit too
+    // Exactly the layout's size (Q4_K_X8 is larger than the file's), so ASan sees any overrun.
+    std::vector<std::byte> out(hllm::WeightTensor{groups, nullptr, 32, 256, "w"}.bytes());
+    EXPECT_EQ(hllm::repack_tensor(hllm::WeightTensor{type, bytes.data(), 32, 256, "w"}, groups,
+                                  out.data()),
+              groups);
     EXPECT_THROW(hllm::repack_tensor(hllm::WeightTensor{type, bytes.data(), 32, 256, "w"},
                                      q4 ? DType::q4_0_x16 : DType::q8_0_x16, out.data()),
                  hllm::Error);
