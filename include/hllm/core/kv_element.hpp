@@ -2,7 +2,7 @@
 // The element types a KV cache may hold, and how one cached row (the head_dim keys or values of
 // one token and one KV head) is laid out in each. float, f16 and bf16 hold one value per
 // element. BlockQ8_0 holds 32 values per element (ggml's Q8_0 block: an f16 scale and 32
-// int8), so a row of head_dim values is head_dim / 32 blocks: 8.5 bits per value, 47% of f16's
+// int8), so a row of head_dim values is head_dim / 32 blocks: 8.5 bits per value, 53% of f16's
 // bytes, which is what long contexts make the cache's reads cost in decode.
 
 #include <cstddef>

@@ -272,9 +272,9 @@ static_assert(sizeof(BlockQ4_0x16) == 32 * sizeof(BlockQ4_0) && sizeof(BlockQ4_0
 // scales and minimums unpacked to bytes ([sub-block][row]: one 16-byte load each) and the
 // quants as vpdpbusd operands: qs[k] holds, for each row r, the bytes qs[32p + 4k .. 32p + 4k +
 // 3] of row r's block, whose low nibbles are sub-block 2p's values 4k..4k+3 and high nibbles
-// sub-block 2p + 1's. A decode reads the unit front to back (with the scales in one block at the
-// front, the stream jumped back at every pair, and end-to-end decode measured slower than the
-// 8-row layout's). 2368 bytes (37 lines) per unit, 148 per row's super-block, as Q4_K_X8.
+// sub-block 2p + 1's. A decode reads the unit front to back (with all scales in one block at the
+// front, the stream would jump back to them at every pair). 2368 bytes (37 lines) per unit, 148
+// per row's super-block, as Q4_K_X8.
 template <>
 struct Interleaved16<BlockQ4_K> {
   static constexpr std::size_t kRows = 16, kColumns = 1, kValues = kQK_K;

@@ -17,8 +17,8 @@
 // u = value + 128: Q8_0 bytes flipped (q + 128), Q4_0 nibbles + 120 (value u − 8), Q6_K 6-bit
 // values + 96 (value q − 32). The offset comes back out exactly through the activation block's
 // sum, Σ (u − 128)·x = Σ u·x − 128·Σx, so the int32 accumulator starts at the block's
-// precomputed bias −128·Σx: one broadcast load, the same for every format, where a per-format
-// multiply and a move from a general register used to sit in every block and token. Each block's
+// precomputed bias −128·Σx: one broadcast load, the same for every format, instead of a
+// per-format multiply and a move from a general register in every block and token. Each block's
 // integer dot is exact (|u·x| ≤ 255·127, 32 terms), then scaled by d_w·d_x and accumulated in
 // float, block by block in order, as the scalar twin does.
 
@@ -329,9 +329,9 @@ inline void panel_tile(const PanelBlock* panel, std::size_t n, const BlockQ8Act*
       accumulate ? _mm512_loadu_ps(y + j * y_stride) : _mm512_setzero_ps();
   for (std::size_t b = 0; b < n; ++b) {
     const PanelBlock& p = panel[b];
-    // Eight tokens' dot chains interleaved: vpdpbusd has a latency of several cycles, and with
-    // four chains in flight (16-token tiles, as before) the GEMM ran 5-9% slower. Q6_K keeps
-    // four: its two accumulators per token would not fit the 32 registers with eight.
+    // Eight tokens' dot chains interleaved: vpdpbusd has a latency of several cycles, which
+    // four chains in flight do not cover (docs/performance.md). Q6_K keeps four: its two
+    // accumulators per token would not fit the 32 registers with eight.
     constexpr std::size_t kChains =
         std::min<std::size_t>(kTokens, std::is_same_v<Block, BlockQ6_K> ? 4 : 8);
     _Pragma("GCC unroll 2") for (std::size_t j0 = 0; j0 < kTokens; j0 += kChains) {

@@ -48,8 +48,8 @@ inline void matmul_tile(const W* w, std::size_t cols, const float* x, float* y,
 // = w[r][c]), so one FMA with an embedded broadcast of x[t][c] does 16 outputs' multiply-adds
 // and a tile of two panels × 8 tokens keeps 16 accumulators busy; the panel (16 KiB) is reused
 // by every token of a chunk, so packing (one scatter per 16 weights) is amortised over up to 512
-// tokens (a chunk's token panel, 512 KiB, stays in L2; 512 rather than 256 tokens: 2-6%
-// faster, BM_Matmul).
+// tokens (a chunk's token panel, 512 KiB, stays in L2; 512 rather than 256 tokens packs each
+// weight panel half as often).
 inline constexpr std::size_t kFloatPanelRows = 16, kFloatPanelCols = 256;
 inline constexpr std::size_t kFloatTokenChunk = 512, kFloatPackedMinTokens = 8;
 
@@ -255,8 +255,8 @@ inline void matmul_bf16(const void* w, std::size_t rows, std::size_t cols, const
 }
 
 // Block dequantization for the kernel below: the reference code, except for the common block
-// types, which get the same arithmetic vectorized (the reference loop with its portable f16
-// conversion ran the output projection at a fifth of memory speed).
+// types, which get the same arithmetic vectorized (the reference loop's portable f16 conversion
+// is far too slow for an output projection read once per token).
 template <class Block>
 inline void dequantize_for_dot(const Block& b, float* out) {
   reference::dequantize_block(b, out);
@@ -370,7 +370,7 @@ inline void dequant_rows(const Block* w, std::size_t rows, std::size_t cols, con
 // through a buffer: the same values as dequantize_for_dot (d·q, and (q − 32)·(d·scale) for
 // Q6_K, each rounded once), summed in a different order. Several accumulators, so the FMA
 // chains overlap. A Q8_0 file's output projection runs here (32000 rows), and Q6_K rows in
-// exact sessions; the buffered loop was bound by its one FMA chain and, for Q6_K, by the
+// exact sessions, which the buffered loop would bind to its one FMA chain and, for Q6_K, to the
 // per-slice unpacking.   row: [blocks] blocks, x: [blocks · block elements]
 // block(b): block b of the row (a reference into the file layout, or a copy read back from an
 // interleaved group: both layouts sum in the same order, so they agree bit for bit).
@@ -389,7 +389,7 @@ inline float dot_row_exact_q8_0(RowBlocks&& block, std::size_t blocks, const flo
   return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
-// Q6_K with no shuffles in the loop (they, not the FMAs, bound the straightforward unpacking):
+// Q6_K with no shuffles in the loop (they, not the FMAs, would bound a plain unpacking):
 // each 32-bit lane of ql holds 4 consecutive values' nibbles, so lane shifts and masks give 16
 // values 4 apart at a time, and the activations are read in that order (x_q6k_order, once per
 // call). The 6-bit value is assembled below 2^23's mantissa bits (0x4B000000 | q is the float
@@ -507,7 +507,7 @@ inline void dequant_rows_decode(const Block* w, std::size_t rows, std::size_t co
       std::size_t r = row_begin;
       if constexpr (std::is_same_v<Block, BlockQ6_Kx16>) {
         // Whole panel groups: their 16 rows back in the file's layout once (block_at for one
-        // row at a time made this path 3.4× slower than on the file's layout), then the same
+        // row at a time would redo a unit's bit shuffles for each of its rows), then the same
         // row kernel, so the results stay bit for bit the file layout's.
         thread_local std::vector<BlockQ6_K> rows_of_group;  // [16][blocks]
         if (rows_of_group.size() < 16 * blocks) rows_of_group.resize(16 * blocks);

@@ -238,8 +238,8 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 // multiplies the high nibbles in place (q & 0xf0 = 16·nibble, in a second chain shifted back
 // by 4 at the end: exact, as 16 divides it), one AND instead of a shift and an AND. The two
 // block columns of a unit accumulate in separate registers, and the unit's bytes are read in
-// address order (the hardware prefetcher streamed the Q8_0 panels from DRAM at half the rate
-// when the two columns' loads alternated).
+// address order (alternating the two columns' loads halves the rate at which the hardware
+// prefetcher streams the panels from DRAM).
 template <class Block>
 inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, std::size_t units,
                            float* out) {

@@ -279,8 +279,8 @@ inline void matmul_quant(const Block* w, std::size_t rows, std::size_t cols, con
     for (; r < row_end; ++r)
       quant_tile<1, kTokens>(w + r * blocks, x + t * blocks, blocks, y + t * rows + r, rows);
   }
-  // Single tokens (decode) stream one weight row at a time: interleaving several rows' streams
-  // measured at half the read bandwidth of one sequential stream (7 vs 15 GB/s on one core).
+  // Single tokens (decode) stream one weight row at a time: reading several rows' streams at
+  // once halves one core's read bandwidth against one sequential stream (docs/performance.md).
   for (; t < n_tokens; ++t) {
 #if HLLM_ISA_LEVEL == 2
     if (blocks <= kDecodeMaxBlocks) {

@@ -103,10 +103,10 @@ class Llama {
                         compute.kernels());
     // The logits are what users compare. An output matrix of at most 6-bit weights (Q6_K in
     // Q4_0/Q4_K_M/Q6_K files, as llama.cpp writes them) runs on the 8-bit-activation kernels,
-    // like every other projection: on the fixtures that moves the rms error against the exact
-    // logits from 0.0221 to 0.0237 (llama.cpp's own: 0.0257-0.0320), and it was 13% of a
-    // Q4_K_M token on the float path. Q8_0 and float matrices keep float32 activations: there
-    // the 8-bit rounding would dominate (a Q8_0 fixture's error went past llama.cpp's).
+    // like every other projection: its own rounding is coarser than the activations', so the
+    // error against the exact logits stays below llama.cpp's (figures in docs/performance.md).
+    // Q8_0 and float matrices keep float32 activations: there the 8-bit rounding would dominate
+    // and take the error past llama.cpp's.
     if (is_at_most_6_bit(output_weight().type))
       compute.matmul(output_weight(), normed, n - first, logits);
     else

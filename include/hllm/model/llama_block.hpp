@@ -98,10 +98,9 @@ class LlamaBlock {
       cache.store(layer_, start + t, s.k.data() + t * kv_width, s.v.data() + t * kv_width);
     }
     // Causality inside the chunk comes for free: token t attends to positions <= start + t,
-    // all of which were stored above (store() checked them against the capacity). The
-    // (token, head) pairs are independent, so threads split them.
-    // Threads split (token, KV head) pairs: the query heads sharing a KV head stay together,
-    // so their keys and values are read once.
+    // all of which were stored above (store() checked them against the capacity). Threads
+    // split the independent (token, KV head) pairs: the query heads sharing a KV head stay
+    // together, so their keys and values are read once.
     const std::size_t n_heads = n_heads_(), n_kv = n_kv_heads_(), group = n_heads / n_kv;
     // Work: about 2 · head_dim multiply-adds per visible key per (token, head).
     const std::size_t attention_work = n_tokens * n_heads * head_dim * 2 * (start + n_tokens);

@@ -1,17 +1,17 @@
 #pragma once
 // Load-time repacking of a model's Q4_0, Q8_0, Q4_K and Q6_K projection weights into 16-row panels
 // (Interleaved16, DType::*_x16), in shapes the panels do not fit into 8-row interleaved groups
-// (Interleaved8, DType::*_x8), and of BF16
-// ones into 16-row column-pair panels (DType::bf16_x16, core/bf16_panels.hpp). Decode reads
-// each weight once per token, and with the file's layout a kernel either streams one row at a time
-// (and redoes the activation and scale work per row) or reads 8 rows' streams at once (which
-// measured at half the read bandwidth here); the interleaved layout gives one sequential stream per
-// 8 (16) rows. The BF16 panels are also the prefill GEMM's own, which then packs no weights. The
-// token embedding (read a row at a time) is never interleaved, and the output projection only
-// where it runs on the 8-bit-activation kernels (at most 6-bit weights, e.g. the Q6_K output of
-// Q4_0 and Q4_K_M files; Llama::forward) or is BF16 (the panels' float-activation kernel is
-// its exact path); an output on the exact path and the projections of other types may be
-// moved as they are into the same huge-page buffer (RepackPlan::move_all).
+// (Interleaved8, DType::*_x8), and of BF16 ones into 16-row column-pair panels
+// (DType::bf16_x16, core/bf16_panels.hpp). Decode reads each weight once per token, and with the
+// file's layout a kernel either streams one row at a time (and redoes the activation and scale
+// work per row) or reads 8 rows' streams at once (which halves the read bandwidth); the
+// interleaved layout gives one sequential stream per 8 (16) rows. The BF16 panels are also the
+// prefill GEMM's own, which then packs no weights. The token embedding (read a row at a time) is
+// never interleaved, and the output projection only where it runs on the 8-bit-activation
+// kernels (at most 6-bit weights, e.g. the Q6_K output of Q4_0 and Q4_K_M files; Llama::forward)
+// or is BF16 (the panels' float-activation kernel is its exact path); an output on the exact path
+// and the projections of other types may be moved as they are into the same huge-page buffer
+// (RepackPlan::move_all).
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -79,9 +79,9 @@ inline void release_mapped_pages(const void* data, std::size_t bytes) {
 
 // `bytes` of fresh anonymous memory, 2 MiB aligned, asking for transparent huge pages: a
 // decode stream over 4 KiB pages restarts the hardware prefetcher at every page boundary and
-// takes a (two-level, in a VM) TLB walk per page; hllm-bench's probe reads 38-53 GB/s over
-// 4 KiB pages and 66-67 GB/s over 2 MiB pages on this machine. Not zero-filled by us: pages
-// become resident as they are written, tensor by tensor, while the sources are released.
+// takes a (two-level, in a VM) TLB walk per page (figures in docs/performance.md). Not
+// zero-filled by us: pages become resident as they are written, tensor by tensor, while the
+// sources are released.
 inline std::shared_ptr<std::byte> allocate_huge_pages(std::size_t bytes) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
   const std::size_t size = (bytes + kHuge - 1) / kHuge * kHuge;

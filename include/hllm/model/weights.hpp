@@ -58,7 +58,7 @@ inline std::size_t llama_tensor_count(const ModelConfig& c) {
 
 // The index-th tensor of llama_tensor_specs(), computed on its own: loaders look tensors up one
 // at a time, so a corrupt layer count of millions fails at the first missing tensor instead of
-// first building millions of names (found by fuzz_gguf: 2 GB for a block_count of 16 million).
+// first building millions of names (2 GB for a block_count of 16 million).
 inline TensorSpec llama_tensor_spec(const ModelConfig& c, std::size_t index) {
   const auto dim = static_cast<std::size_t>(c.dim), q = static_cast<std::size_t>(c.q_dim()),
              kv = static_cast<std::size_t>(c.kv_dim()), ffn = static_cast<std::size_t>(c.ffn_dim),
