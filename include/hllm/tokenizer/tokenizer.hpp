@@ -50,41 +50,44 @@ class Tokenizer {
         [&](std::int32_t a, std::int32_t b) { return text(a).size() > text(b).size(); });
   }
 
+  // A byte range [offset, offset + length) of a text.
+  struct TextRange {
+    std::size_t offset = 0;
+    std::size_t length = 0;
+  };
+
   // Token ids for `text`. add_special adds BOS/EOS as the vocabulary's add_bos/add_eos say.
   // parse_special turns the texts of control tokens (like "<s>", "<|begin_of_text|>") into their
   // ids; without it they are tokenized as plain text. User-defined tokens are always split out,
   // as llama.cpp and Hugging Face do.
   std::vector<std::int32_t> encode(std::string_view text, bool add_special = true,
                                    bool parse_special = false) const {
-    std::vector<std::int32_t> out;
-    const std::vector<Fragment> fragments = partition(text, parse_special);
-    if (add_special && vocab_->add_bos) out.push_back(vocab_->bos_id);
-    if (spm_) {
-      // SentencePiece adds a space in front of the text; llama.cpp does that at the start and
-      // after every special token, and then writes all spaces as U+2581.
-      bool after_special = true;
-      for (const Fragment& f : fragments) {
-        if (f.token >= 0) {
-          out.push_back(f.token);
-          after_special = true;
-          continue;
-        }
-        std::string piece;
-        if (vocab_->add_space_prefix && after_special) piece = " ";
-        piece.append(text.substr(f.offset, f.length));
-        spm_->encode(tokenizer::spm_escape_spaces(piece), out);
-        after_special = false;
-      }
-    } else {
-      for (const Fragment& f : fragments) {
-        if (f.token >= 0)
-          out.push_back(f.token);
-        else
-          bpe_->encode(text.substr(f.offset, f.length), out);
-      }
+    const TextRange whole{0, text.size()};
+    std::span<const TextRange> ranges;
+    if (parse_special) ranges = {&whole, 1};
+    return encode_ranges(text, ranges, add_special);
+  }
+
+  // Token ids for `text`, where control and unknown tokens are recognised only where their text
+  // lies wholly inside one of `special_ranges` (sorted by offset, not overlapping, within the
+  // text); everywhere else their texts are plain text. The text is cut into fragments exactly as
+  // encode(text, add_special, true) cuts it, except at the occurrences left as text, so a text
+  // whose only control-token texts lie inside the ranges gets the same ids as that call. This is
+  // how a chat prompt keeps the template's markers apart from the messages (encode_chat).
+  // Throws hllm::Error(invalid_argument) for ranges that are unsorted, overlap or leave the text.
+  std::vector<std::int32_t> encode_with_special_ranges(std::string_view text,
+                                                       std::span<const TextRange> special_ranges,
+                                                       bool add_special = true) const {
+    std::size_t end = 0;
+    for (const TextRange& r : special_ranges) {
+      if (r.offset < end || r.offset > text.size() || r.length > text.size() - r.offset)
+        throw Error(ErrorKind::invalid_argument,
+                    "special-token range at " + std::to_string(r.offset) + " (length " +
+                        std::to_string(r.length) + ") overlaps the one before it or leaves the " +
+                        std::to_string(text.size()) + "-byte text");
+      end = r.offset + r.length;
     }
-    if (add_special && vocab_->add_eos) out.push_back(vocab_->eos_id);
-    return out;
+    return encode_ranges(text, special_ranges, add_special);
   }
 
   // The text of `ids`. Control and unknown tokens decode to nothing unless `special` is set;
@@ -157,14 +160,63 @@ class Tokenizer {
     std::size_t length;
   };
 
+  // The one body behind both encode entry points; the ranges are already checked.
+  std::vector<std::int32_t> encode_ranges(std::string_view text,
+                                          std::span<const TextRange> special_ranges,
+                                          bool add_special) const {
+    std::vector<std::int32_t> out;
+    const std::vector<Fragment> fragments = partition(text, special_ranges);
+    if (add_special && vocab_->add_bos) out.push_back(vocab_->bos_id);
+    if (spm_) {
+      // SentencePiece adds a space in front of the text; llama.cpp does that at the start and
+      // after every special token, and then writes all spaces as U+2581.
+      bool after_special = true;
+      for (const Fragment& f : fragments) {
+        if (f.token >= 0) {
+          out.push_back(f.token);
+          after_special = true;
+          continue;
+        }
+        std::string piece;
+        if (vocab_->add_space_prefix && after_special) piece = " ";
+        piece.append(text.substr(f.offset, f.length));
+        spm_->encode(tokenizer::spm_escape_spaces(piece), out);
+        after_special = false;
+      }
+    } else {
+      for (const Fragment& f : fragments) {
+        if (f.token >= 0)
+          out.push_back(f.token);
+        else
+          bpe_->encode(text.substr(f.offset, f.length), out);
+      }
+    }
+    if (add_special && vocab_->add_eos) out.push_back(vocab_->eos_id);
+    return out;
+  }
+
   // llama.cpp's tokenizer_st_partition: for each special token, longest first, cut every raw
-  // fragment at each (leftmost, non-overlapping) occurrence of its text.
-  std::vector<Fragment> partition(std::string_view text, bool parse_special) const {
+  // fragment at each (leftmost, non-overlapping) occurrence of its text. A control or unknown
+  // token counts only where its text lies inside one of `special_ranges` (sorted, disjoint);
+  // an occurrence outside them stays text, and the search goes on from its next byte, so an
+  // occurrence that overlaps it but lies inside a range is still found.
+  std::vector<Fragment> partition(std::string_view text,
+                                  std::span<const TextRange> special_ranges) const {
+    const auto in_a_range = [&](std::size_t offset, std::size_t length) {
+      // The last range that starts at or before `offset` is the only one that can hold it.
+      const auto after =
+          std::upper_bound(special_ranges.begin(), special_ranges.end(), offset,
+                           [](std::size_t value, const TextRange& r) { return value < r.offset; });
+      if (after == special_ranges.begin()) return false;
+      const TextRange& r = *(after - 1);
+      return offset + length <= r.offset + r.length;
+    };
     std::vector<Fragment> fragments;
     if (!text.empty()) fragments.push_back({-1, 0, text.size()});
     for (std::int32_t id : special_tokens_) {
-      const TokenType type = vocab_->type_of(static_cast<std::size_t>(id));
-      if (!parse_special && type != TokenType::user_defined) continue;
+      const bool user_defined =
+          vocab_->type_of(static_cast<std::size_t>(id)) == TokenType::user_defined;
+      if (!user_defined && special_ranges.empty()) continue;
       const std::string_view needle = this->text(id);
       std::vector<Fragment> next;
       next.reserve(fragments.size());
@@ -174,13 +226,18 @@ class Tokenizer {
           continue;
         }
         const std::string_view raw = text.substr(f.offset, f.length);
-        std::size_t from = 0;
+        std::size_t from = 0;  // where the search goes on
+        std::size_t cut = 0;   // where the raw text not yet emitted begins
         for (std::size_t at; (at = raw.find(needle, from)) != std::string_view::npos;) {
-          if (at > from) next.push_back({-1, f.offset + from, at - from});
+          if (!user_defined && !in_a_range(f.offset + at, needle.size())) {
+            from = at + 1;
+            continue;
+          }
+          if (at > cut) next.push_back({-1, f.offset + cut, at - cut});
           next.push_back({id, f.offset + at, needle.size()});
-          from = at + needle.size();
+          from = cut = at + needle.size();
         }
-        if (from < raw.size()) next.push_back({-1, f.offset + from, raw.size() - from});
+        if (cut < raw.size()) next.push_back({-1, f.offset + cut, raw.size() - cut});
       }
       fragments = std::move(next);
     }
