@@ -127,8 +127,9 @@ int main(int argc, char** argv) {
       std::vector<hllm::ChatMessage> messages;
       if (!options.system.empty()) messages.push_back({"system", options.system});
       // How much of the rendered conversation the KV cache holds, as a length of the rendered
-      // text; and tokens generated but not yet evaluated (a reply cut at -n ends on a token that
-      // generate() sampled but never decoded).
+      // text (the segments render incrementally, kinds included, so an offset into their text
+      // names what is left to evaluate); and tokens generated but not yet evaluated (a reply cut
+      // at -n ends on a token that generate() sampled but never decoded).
       std::size_t rendered = 0;
       std::vector<std::int32_t> undecoded;
       const bool interactive = isatty(STDIN_FILENO) != 0;
@@ -148,20 +149,23 @@ int main(int argc, char** argv) {
         if (line.empty()) continue;
 
         messages.push_back({"user", line});
-        const std::string text = hllm::render_chat(format, messages, true);
+        // Markup and message text apart, so that markers typed by the user stay plain text.
+        const std::vector<hllm::ChatSegment> segments =
+            hllm::render_chat_segments(format, messages, true);
         // The first turn starts the sequence: BOS, unless the template writes it itself.
         const bool add_bos = session.position() == 0 && !hllm::chat_template_writes_bos(format);
-        std::string_view delta = std::string_view(text).substr(rendered);
+        std::vector<hllm::ChatSegment> delta = hllm::chat_segments_from(segments, rendered);
         std::vector<std::int32_t> turn = undecoded;
         // A SentencePiece tokenizer puts a space in front of text that starts a fragment, so new
         // text that itself starts with a space (Llama 2's " </s>" after a reply) would get two.
         // Tokenizing the whole conversation at once, as Meta's reference code does, gives the
         // reply a trailing lone "\u2581" token instead: write that one.
-        if (session.position() > 0 && spm_space >= 0 && !delta.empty() && delta.front() == ' ') {
-          delta.remove_prefix(1);
+        if (session.position() > 0 && spm_space >= 0 && !delta.empty() &&
+            delta.front().text.front() == ' ') {
+          delta.front().text.erase(0, 1);
           turn.push_back(spm_space);
         }
-        const std::vector<std::int32_t> fresh = tokenizer.encode(delta, add_bos, true);
+        const std::vector<std::int32_t> fresh = hllm::encode_chat(tokenizer, delta, add_bos);
         turn.insert(turn.end(), fresh.begin(), fresh.end());
         if (turn.size() > session.context() - session.position()) {
           say_context_full(session.context());

@@ -7,13 +7,24 @@
 // their marker strings (as llama.cpp's llm_chat_detect_template does) and rendered by hand-written
 // code that reproduces what the reference Jinja prints for them.
 //
-// Every format renders incrementally: the text for the first N messages (with the generation
-// prompt when message N is a user turn) is a prefix of the text for N+1 messages. A chat program
-// can therefore keep the conversation in the KV cache and evaluate only the new text each turn.
+// A rendered chat is a sequence of segments, each either markup (the template's own text: turn
+// markers, role headers, separators) or content (a message's text). encode_chat tokenizes it so
+// that only markup can become control tokens: a message that contains "<|im_end|>" or "</s>"
+// gets the tokens of that text, never the marker, so user text cannot open or close a turn.
+// render_chat gives the same text as one string, for display and tests only; tokenizing it with
+// parse_special would read markers in the messages as real ones. The guarantee covers control
+// and unknown tokens; a marker that the vocabulary has only as plain text (Llama 2's [INST] and
+// <<SYS>>, Zephyr's <|user|> in most vocabularies) is the same tokens in a message as in the
+// template, which no tokenization can change, and user-defined tokens are text everywhere (as in
+// llama.cpp and Hugging Face).
 //
-// Special-token texts (<s>, <|im_start|>, ...) are written literally; tokenize the result with
-// parse_special so they become their ids. Formats whose template writes BOS itself say so
-// (chat_template_writes_bos), and the caller must then not add another.
+// Every format renders incrementally: the segments for the first N messages (with the
+// generation prompt when message N is a user turn) are, byte for byte and kind for kind, a
+// prefix of those for N+1 messages. A chat program can therefore keep the conversation in the KV
+// cache and evaluate only the new part each turn (chat_segments_from).
+//
+// Formats whose template writes BOS itself say so (chat_template_writes_bos), and the caller must
+// then not add another.
 
 #include <algorithm>
 #include <cstddef>
@@ -36,8 +47,21 @@ enum class ChatFormat {
 };
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant" (ChatML and Llama 3 accept any role)
-  std::string content;
+  // "system", "user" or "assistant" (ChatML, Llama 3 and Zephyr accept other names too). The
+  // role is written into the template's markup, so it must come from the program, not the user:
+  // rendering rejects one that contains '<', '>', '[', ']', '|' or a control character.
+  std::string role;
+  std::string content;  // the message text; always tokenized as plain text
+};
+
+// What a piece of a rendered chat is: the template's text, whose special-token texts become
+// their tokens, or a message's text, which never does.
+enum class ChatSegmentKind { markup, content };
+
+struct ChatSegment {
+  ChatSegmentKind kind = ChatSegmentKind::markup;
+  std::string text;
+  bool operator==(const ChatSegment&) const = default;
 };
 
 inline const char* to_string(ChatFormat format) noexcept {
@@ -145,30 +169,78 @@ inline std::vector<std::int32_t> chat_stop_tokens(ChatFormat format, const Token
 
 namespace detail {
 
+// The ASCII whitespace that Python's str.strip() removes.
+inline bool chat_space(char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
 // Python's str.strip() over ASCII whitespace, which is what the reference templates apply
 // (`| trim`, `.strip()`).
 inline std::string_view chat_trim(std::string_view s) {
-  const auto space = [](char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-  };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  while (!s.empty() && chat_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && chat_space(s.back())) s.remove_suffix(1);
   return s;
+}
+
+// Appends segments, joining each to the one before it when they are of the same kind and
+// dropping empty ones, so a rendering has one canonical segmentation.
+struct ChatSegmentWriter {
+  std::vector<ChatSegment> out;
+
+  void add(ChatSegmentKind kind, std::string_view text) {
+    if (text.empty()) return;
+    if (!out.empty() && out.back().kind == kind)
+      out.back().text += text;
+    else
+      out.push_back({kind, std::string(text)});
+  }
+  void markup(std::string_view text) { add(ChatSegmentKind::markup, text); }
+  void content(std::string_view text) { add(ChatSegmentKind::content, text); }
+};
+
+// chat_trim over the concatenation of `pieces`, cutting into as many pieces as it takes.
+inline void chat_trim_segments(std::vector<ChatSegment>& pieces) {
+  while (!pieces.empty()) {
+    std::string& text = pieces.front().text;
+    const auto kept = std::find_if_not(text.begin(), text.end(), chat_space);
+    text.erase(text.begin(), kept);
+    if (!text.empty()) break;
+    pieces.erase(pieces.begin());
+  }
+  while (!pieces.empty()) {
+    std::string& text = pieces.back().text;
+    while (!text.empty() && chat_space(text.back())) text.pop_back();
+    if (!text.empty()) break;
+    pieces.pop_back();
+  }
+}
+
+// Throws hllm::Error(invalid_argument) for a role that could not be written as template text:
+// empty, or holding a character that marker texts are made of, or a control character.
+inline void check_chat_role(std::size_t i, std::string_view role) {
+  if (role.empty())
+    throw Error(ErrorKind::invalid_argument,
+                "chat message " + std::to_string(i) + " has an empty role");
+  for (const char c : role) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f || c == '<' || c == '>' || c == '[' || c == ']' || c == '|')
+      throw Error(ErrorKind::invalid_argument,
+                  "chat message " + std::to_string(i) + " has role '" + std::string(role) +
+                      "'; a role is template text and must not contain '<', '>', '[', ']', '|' "
+                      "or control characters");
+  }
 }
 
 // meta-llama/Llama-2-*-chat-hf: an optional leading system message is folded into the first user
 // turn; user and assistant must then alternate, starting with the user. Each user turn opens with
 // BOS, each assistant turn closes with EOS, and the combined first-turn content is stripped.
-inline std::string render_llama2(std::span<const ChatMessage> messages) {
+inline void render_llama2(std::span<const ChatMessage> messages, ChatSegmentWriter& out) {
   std::size_t first = 0;
-  std::string system;
-  bool has_system = false;
+  const ChatMessage* system = nullptr;
   if (!messages.empty() && messages[0].role == "system") {
-    system = messages[0].content;
-    has_system = true;
+    system = &messages[0];
     first = 1;
   }
-  std::string out;
   for (std::size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     const bool expect_user = (i - first) % 2 == 0;
@@ -176,60 +248,123 @@ inline std::string render_llama2(std::span<const ChatMessage> messages) {
       throw Error(ErrorKind::invalid_argument,
                   "llama2 chat: message " + std::to_string(i) + " has role '" + m.role +
                       "'; after an optional system message, roles must alternate user/assistant");
-    std::string content = m.content;
-    if (i == first && has_system) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
-    if (expect_user) {
-      out += "<s>[INST] ";
-      out += chat_trim(content);
-      out += " [/INST]";
-    } else {
-      out += " ";
-      out += chat_trim(content);
-      out += " </s>";
+    std::vector<ChatSegment> content;
+    if (i == first && system != nullptr) {
+      content.push_back({ChatSegmentKind::markup, "<<SYS>>\n"});
+      content.push_back({ChatSegmentKind::content, system->content});
+      content.push_back({ChatSegmentKind::markup, "\n<</SYS>>\n\n"});
     }
+    content.push_back({ChatSegmentKind::content, m.content});
+    chat_trim_segments(content);
+    out.markup(expect_user ? "<s>[INST] " : " ");
+    for (const ChatSegment& piece : content) out.add(piece.kind, piece.text);
+    out.markup(expect_user ? " [/INST]" : " </s>");
   }
-  return out;
 }
 
 }  // namespace detail
 
-// The prompt text for `messages`. add_generation_prompt appends the header that makes the model
-// answer as the assistant (a no-op for Llama 2, whose user turn already ends where the reply
-// starts). Throws hllm::Error(invalid_argument) for a message with an empty role, or, for Llama
-// 2, roles that do not alternate user/assistant after an optional system message.
-inline std::string render_chat(ChatFormat format, std::span<const ChatMessage> messages,
-                               bool add_generation_prompt) {
-  for (std::size_t i = 0; i < messages.size(); ++i)
-    if (messages[i].role.empty())
-      throw Error(ErrorKind::invalid_argument,
-                  "chat message " + std::to_string(i) + " has an empty role");
-  std::string out;
+// The prompt for `messages`, as markup and content segments (adjacent segments differ in kind,
+// none is empty). add_generation_prompt appends the header that makes the model answer as the
+// assistant (a no-op for Llama 2, whose user turn already ends where the reply starts). Throws
+// hllm::Error(invalid_argument) for a role that is empty or not plain text (ChatMessage::role),
+// or, for Llama 2, roles that do not alternate user/assistant after an optional system message.
+inline std::vector<ChatSegment> render_chat_segments(ChatFormat format,
+                                                     std::span<const ChatMessage> messages,
+                                                     bool add_generation_prompt) {
+  for (std::size_t i = 0; i < messages.size(); ++i) detail::check_chat_role(i, messages[i].role);
+  detail::ChatSegmentWriter out;
   switch (format) {
-    case ChatFormat::llama2: return detail::render_llama2(messages);
+    case ChatFormat::llama2: detail::render_llama2(messages, out); return std::move(out.out);
     case ChatFormat::llama3:
       // Meta's template: BOS once, then one header + trimmed content + <|eot_id|> per message.
-      out = "<|begin_of_text|>";
+      out.markup("<|begin_of_text|>");
       for (const ChatMessage& m : messages) {
-        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
-        out += detail::chat_trim(m.content);
-        out += "<|eot_id|>";
+        out.markup("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+        out.content(detail::chat_trim(m.content));
+        out.markup("<|eot_id|>");
       }
-      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-      return out;
+      if (add_generation_prompt) out.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
+      return std::move(out.out);
     case ChatFormat::chatml:
-      for (const ChatMessage& m : messages)
-        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-      if (add_generation_prompt) out += "<|im_start|>assistant\n";
-      return out;
+      for (const ChatMessage& m : messages) {
+        out.markup("<|im_start|>" + m.role + "\n");
+        out.content(m.content);
+        out.markup("<|im_end|>\n");
+      }
+      if (add_generation_prompt) out.markup("<|im_start|>assistant\n");
+      return std::move(out.out);
     case ChatFormat::zephyr:
       // HuggingFaceH4/zephyr-7b-beta: '<|role|>\n' + content + eos_token, then the newline
       // that follows each {{ }} in the template (Hugging Face renders with trim_blocks, which
       // removes newlines after {% %} tags only).
-      for (const ChatMessage& m : messages) out += "<|" + m.role + "|>\n" + m.content + "</s>\n";
-      if (add_generation_prompt) out += "<|assistant|>\n";
-      return out;
+      for (const ChatMessage& m : messages) {
+        out.markup("<|" + m.role + "|>\n");
+        out.content(m.content);
+        out.markup("</s>\n");
+      }
+      if (add_generation_prompt) out.markup("<|assistant|>\n");
+      return std::move(out.out);
   }
-  throw Error(ErrorKind::invalid_argument, "render_chat: invalid ChatFormat");
+  throw Error(ErrorKind::invalid_argument, "render_chat_segments: invalid ChatFormat");
+}
+
+// The text of `segments`, concatenated.
+inline std::string chat_text(std::span<const ChatSegment> segments) {
+  std::string out;
+  for (const ChatSegment& s : segments) out += s.text;
+  return out;
+}
+
+// The rendered prompt as one string, for display, lengths and tests. Do not tokenize it with
+// parse_special: that reads marker texts inside the messages as real markers. Tokenize
+// render_chat_segments with encode_chat instead.
+inline std::string render_chat(ChatFormat format, std::span<const ChatMessage> messages,
+                               bool add_generation_prompt) {
+  return chat_text(render_chat_segments(format, messages, add_generation_prompt));
+}
+
+// The segments of the text from byte `offset` on, each keeping its kind (a segment that
+// `offset` cuts keeps its tail): what a chat that has already evaluated the first `offset` bytes
+// of the rendering must evaluate next. Throws hllm::Error(out_of_range) past the end.
+inline std::vector<ChatSegment> chat_segments_from(std::span<const ChatSegment> segments,
+                                                   std::size_t offset) {
+  std::vector<ChatSegment> out;
+  std::size_t start = 0;
+  for (const ChatSegment& s : segments) {
+    const std::size_t end = start + s.text.size();
+    if (end > offset) out.push_back({s.kind, s.text.substr(offset > start ? offset - start : 0)});
+    start = end;
+  }
+  if (offset > start)
+    throw Error(ErrorKind::out_of_range, "chat offset " + std::to_string(offset) +
+                                             " is past the end of the " + std::to_string(start) +
+                                             "-byte rendering");
+  return out;
+}
+
+// Token ids for rendered chat segments: the special-token texts in markup become their tokens,
+// content is always plain text (Tokenizer::encode_with_special_ranges over the concatenated
+// text, with the markup as the ranges). A control token's text must lie inside one markup
+// segment (adjacent markup segments count as one) to count. For content without control-token
+// texts this gives exactly tokenizer.encode(chat_text(segments), add_special, true), SentencePiece
+// spaces and merges across the markup/content border included. add_special is as in
+// Tokenizer::encode; pass !chat_template_writes_bos(format) at the start of a conversation.
+inline std::vector<std::int32_t> encode_chat(const Tokenizer& tokenizer,
+                                             std::span<const ChatSegment> segments,
+                                             bool add_special) {
+  std::string text;
+  std::vector<Tokenizer::TextRange> markup;
+  for (const ChatSegment& s : segments) {
+    if (s.kind == ChatSegmentKind::markup) {
+      if (!markup.empty() && markup.back().offset + markup.back().length == text.size())
+        markup.back().length += s.text.size();
+      else
+        markup.push_back({text.size(), s.text.size()});
+    }
+    text += s.text;
+  }
+  return tokenizer.encode_with_special_ranges(text, markup, add_special);
 }
 
 }  // namespace hllm
