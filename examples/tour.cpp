@@ -67,10 +67,12 @@ int main(int argc, char** argv) try {
   const std::vector<hllm::ChatMessage> messages = {
       {"system", "Answer in the words of the King James Bible."},
       {"user", "Who made the heaven and the earth?"}};
-  const std::string rendered = hllm::render_chat(format, messages, /*add_generation_prompt=*/true);
-  // The template's marker texts become their special tokens; BOS unless the template writes it.
-  const std::vector<std::int32_t> chat_ids = tokenizer.encode(
-      rendered, /*add_special=*/!hllm::chat_template_writes_bos(format), /*parse_special=*/true);
+  // Markup and messages apart: the template's markers become their special tokens, marker texts
+  // in a message stay plain text; BOS unless the template writes it.
+  const std::vector<hllm::ChatSegment> rendered =
+      hllm::render_chat_segments(format, messages, /*add_generation_prompt=*/true);
+  const std::vector<std::int32_t> chat_ids = hllm::encode_chat(
+      tokenizer, rendered, /*add_special=*/!hllm::chat_template_writes_bos(format));
 
   hllm::Session<> chat(model);
   hllm::StreamingDecoder reply(tokenizer);
