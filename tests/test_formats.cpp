@@ -215,7 +215,7 @@ TEST(HfModel, NeoxInPlaceEqualsPermutedInterleavedGguf) {
 }
 
 TEST(HfModel, ConfigErrorsNameTheKey) {
-  const std::string text = hllm::safetensors::detail::read_text_file(kDir + "/hf/config.json");
+  const std::string text = hllm::io::read_text_file(kDir + "/hf/config.json");
   const nlohmann::json good = nlohmann::json::parse(text);
   auto with = [&](const char* key, nlohmann::json value) {
     nlohmann::json j = good;
@@ -373,7 +373,8 @@ struct ShardedCopy {
   ShardedCopy() {
     for (const auto& e : fs::directory_iterator(kDir + "/hf-sharded"))
       fs::copy_file(e.path(), tmp.path / e.path().filename());
-    index = nlohmann::json::parse(st::detail::read_text_file(tmp / "model.safetensors.index.json"));
+    index =
+        nlohmann::json::parse(hllm::io::read_text_file(tmp.path / "model.safetensors.index.json"));
   }
   std::string write_index() {
     write_bytes(tmp / "model.safetensors.index.json", index.dump());

@@ -20,6 +20,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -290,6 +291,31 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
   return WeightTensor{t.type, t.data, spec.rows, spec.cols, spec.name};
 }
 
+// Every tensor of a decoder layer must be one the model reads: a layer past num_hidden_layers,
+// or a layer tensor of another architecture (a bias, an extra norm), means config.json does not
+// describe the checkpoint. (Tensors outside the layers, such as a rotary inverse-frequency
+// buffer, carry nothing we would get wrong by not reading them.)
+inline void check_no_unused_layer_tensors(const safetensors::Checkpoint& ckpt,
+                                          const ModelConfig& config,
+                                          const std::set<std::string, std::less<>>& used) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  for (const std::string& name : ckpt.names()) {
+    if (name.compare(0, kPrefix.size(), kPrefix) != 0 || used.count(name) != 0) continue;
+    if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    const safetensors::Checkpoint::Entry& e = *ckpt.find(name);
+    std::int64_t layer = 0;
+    for (std::size_t i = kPrefix.size();
+         i < name.size() && name[i] >= '0' && name[i] <= '9' && layer < (1 << 30); ++i)
+      layer = layer * 10 + (name[i] - '0');
+    throw Error(ErrorKind::format,
+                layer >= config.n_layers
+                    ? "tensor of layer " + std::to_string(layer) + " but config.json's " +
+                          "num_hidden_layers is " + std::to_string(config.n_layers)
+                    : std::string("layer tensor that a Llama decoder layer does not have"),
+                e.file->path(), name, e.tensor->file_offset);
+  }
+}
+
 }  // namespace detail
 
 // Builds a model from a config and an opened checkpoint.
@@ -302,9 +328,14 @@ inline HfModel load_hf_model(const ModelConfig& config,
   storage->checkpoint = checkpoint;
   // (Views into owned buffers survive the vector growing: a moved AlignedBuffer keeps its
   // allocation.)
+  std::set<std::string, std::less<>> used;
   m.weights = assemble_weights(config, [&](const TensorSpec& spec) {
-    return detail::hf_weight(*checkpoint, detail::hf_tensor_name(spec), spec, *storage, options);
+    std::string name = detail::hf_tensor_name(spec);
+    WeightTensor w = detail::hf_weight(*checkpoint, name, spec, *storage, options);
+    used.insert(std::move(name));
+    return w;
   });
+  detail::check_no_unused_layer_tensors(*checkpoint, config, used);
   validate_weights(m.config, m.weights);
   m.weights.storage = storage;
   m.checkpoint = std::move(checkpoint);
@@ -319,7 +350,7 @@ inline HfModel load_hf_model(const std::string& dir_or_file, const LoadOptions& 
   const fs::path dir = fs::is_directory(dir_or_file, ec) ? fs::path(dir_or_file)
                                                          : fs::path(dir_or_file).parent_path();
   const std::string config_path = (dir / "config.json").string();
-  const std::string text = safetensors::detail::read_text_file(config_path);
+  const std::string text = io::read_text_file(config_path, "config.json");
   const nlohmann::json j = safetensors::detail::parse_json_strict(text, config_path, {}, 0);
   const ModelConfig config = hf_model_config(j, config_path);
   return load_hf_model(

@@ -3,10 +3,7 @@
 // in-memory span behind the same interface so parsers can be tested and fuzzed without files.
 // Move-only: the mapping is released exactly once, by whichever object owns it last.
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -17,6 +14,7 @@
 #include <utility>
 
 #include "hllm/core/error.hpp"
+#include "hllm/io/input_file.hpp"
 
 namespace hllm::io {
 
@@ -24,35 +22,17 @@ class MappedFile {
  public:
   MappedFile() = default;
 
-  // Maps the whole file. Throws io (naming the file and the errno text) if it cannot be opened,
-  // inspected or mapped, and format if it is empty (no format we read has zero bytes, and
-  // mmap of length 0 is an error anyway).
+  // Maps the whole file. Throws what InputFile::open throws (an empty path, a file that cannot
+  // be opened, anything but a regular file: never blocking on a FIFO), io if it cannot be
+  // mapped, and format if it is empty (no format we read has zero bytes, and mmap of length 0
+  // is an error anyway).
   static MappedFile open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail_errno("cannot open file", path);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int saved = errno;
-      ::close(fd);
-      errno = saved;
-      fail_errno("cannot stat file", path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw Error(ErrorKind::io, "not a regular file", path);
-    }
-    if (st.st_size <= 0) {
-      ::close(fd);
-      throw Error(ErrorKind::format, "file is empty (0 bytes)", path, {}, 0);
-    }
-    const auto size = static_cast<std::size_t>(st.st_size);
-    void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int saved = errno;
-    ::close(fd);  // the mapping keeps its own reference to the file
-    if (map == MAP_FAILED) {
-      errno = saved;
-      fail_errno("cannot map file", path);
-    }
+    const InputFile input = InputFile::open(path);
+    if (input.size() == 0) throw Error(ErrorKind::format, "file is empty (0 bytes)", path, {}, 0);
+    const auto size = static_cast<std::size_t>(input.size());
+    // The mapping keeps its own reference to the file once `input` closes its descriptor.
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, input.fd(), 0);
+    if (map == MAP_FAILED) fail_errno("cannot map file", path);
     MappedFile file;
     file.map_ = map;
     file.data_ = static_cast<const std::byte*>(map);

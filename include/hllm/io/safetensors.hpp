@@ -15,8 +15,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -32,6 +30,7 @@
 
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/io/input_file.hpp"
 #include "hllm/io/mapped_file.hpp"
 
 namespace hllm::safetensors {
@@ -94,14 +93,6 @@ inline nlohmann::json parse_json_strict(std::string_view text, const std::string
     // fuzz_safetensors; it escaped as a non-hllm exception).
     throw Error(ErrorKind::format, std::string("invalid JSON: ") + e.what(), path, field, base);
   }
-}
-
-inline std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::io, "cannot open file", path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(ErrorKind::io, "cannot read file", path);
-  return text;
 }
 
 inline bool dtype_from_name(const std::string& name, DType& type, std::uint64_t& element_bytes) {
@@ -192,7 +183,7 @@ class File {
       }
       tensors_.push_back(parse_tensor(name, entry, data_size));
     }
-    check_overlaps();
+    check_layout(data_size);
     for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
   }
 
@@ -252,16 +243,37 @@ class File {
     return t;
   }
 
-  void check_overlaps() const {
+  // The data section is the tensors' bytes back to back, in offset order, with no gap, no
+  // overlap and nothing after the last one, as the format requires (and its reference reader
+  // checks): a tensor whose dtype or shape was edited without its data shows up here.
+  void check_layout(std::uint64_t data_size) const {
     std::vector<const TensorInfo*> sorted;
     for (const TensorInfo& t : tensors_) sorted.push_back(&t);
     std::sort(sorted.begin(), sorted.end(), [](const TensorInfo* a, const TensorInfo* b) {
       return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
     });
-    for (std::size_t i = 1; i < sorted.size(); ++i)
-      if (sorted[i]->begin < sorted[i - 1]->end)
+    std::uint64_t expected = 0;
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+      const TensorInfo& t = *sorted[i];
+      if (t.begin < expected)
         fail(ErrorKind::format, "data overlaps that of tensor '" + sorted[i - 1]->name + "'",
-             sorted[i]->name, sorted[i]->file_offset);
+             t.name, t.file_offset);
+      if (t.begin > expected)
+        fail(ErrorKind::format,
+             "data begins at " + std::to_string(t.begin) + " but " +
+                 (i == 0 ? std::string("the data section starts at 0")
+                         : "tensor '" + sorted[i - 1]->name + "' ends at " +
+                               std::to_string(expected)) +
+                 ": the data section must hold the tensors back to back",
+             t.name, t.file_offset);
+      expected = t.end;
+    }
+    if (expected != data_size)
+      fail(ErrorKind::format,
+           "the tensors' data ends at " + std::to_string(expected) +
+               " but the data section holds " + std::to_string(data_size) +
+               " bytes: bytes that no tensor describes",
+           sorted.empty() ? "header" : sorted.back()->name, data_offset_ + expected);
   }
 
   std::shared_ptr<const io::MappedFile> file_;
@@ -308,7 +320,7 @@ class Checkpoint {
   // weight_map: {tensor name: shard file name, relative to the index's directory}.
   static Checkpoint open_index(const std::string& index_path) {
     namespace fs = std::filesystem;
-    const std::string text = detail::read_text_file(index_path);
+    const std::string text = io::read_text_file(index_path, "safetensors index");
     const nlohmann::json index = detail::parse_json_strict(text, index_path, "index", 0);
     if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object())
       throw Error(ErrorKind::format, "the index has no 'weight_map' object", index_path,
