@@ -117,9 +117,20 @@ TEST(Convert, EveryTargetTypeStaysCloseToTheOriginal) {
 TEST(Convert, VocabularyRoundTripsThroughGguf) {
   hllm::Vocabulary v;
   v.model = "llama";
-  v.tokens = {"<unk>", "<s>", "</s>", "<0x41>", "\u2581a", "b"};
-  v.scores = {0, 0, 0, 0, -1.5f, -2.0f};
-  v.token_types = {2, 3, 3, 6, 1, 1};
+  // A SentencePiece vocabulary has its 256 byte-fallback tokens (vocabulary_from_gguf checks).
+  v.tokens = {"<unk>", "<s>", "</s>"};
+  v.token_types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    v.tokens.push_back(name);
+    v.token_types.push_back(6);
+  }
+  v.tokens.insert(v.tokens.end(), {"\u2581a", "b"});
+  v.token_types.insert(v.token_types.end(), {1, 1});
+  v.scores.assign(v.tokens.size(), 0.0f);
+  v.scores.end()[-2] = -1.5f;
+  v.scores.end()[-1] = -2.0f;
   v.unk_id = 0;
   v.bos_id = 1;
   v.eos_id = 2;

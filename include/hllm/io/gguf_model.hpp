@@ -4,13 +4,16 @@
 // gguf::File stays alive through ModelWeights::storage). save_gguf_model() writes the inverse,
 // in the layout llama.cpp reads.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,6 +38,25 @@ struct GgufModel {
 };
 
 namespace detail {
+
+// The number after "blk." in a layer tensor's name, or -1 for any other name.
+inline std::int64_t gguf_layer_of(std::string_view name) {
+  constexpr std::string_view kPrefix = "blk.";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  std::int64_t layer = 0;
+  std::size_t i = kPrefix.size();
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && layer < (1 << 30); ++i)
+    layer = layer * 10 + (name[i] - '0');
+  return i > kPrefix.size() && i < name.size() && name[i] == '.' ? layer : -1;
+}
+
+// How many layers the file's tensor names describe (one past the highest blk.N).
+inline std::int64_t gguf_layers_present(const gguf::File& f) {
+  std::int64_t layers = 0;
+  for (const gguf::TensorInfo& t : f.tensors())
+    layers = std::max(layers, gguf_layer_of(t.name) + 1);
+  return layers;
+}
 
 inline ModelConfig gguf_llama_config(const gguf::File& f) {
   const std::string arch = f.get_string("general.architecture");
@@ -118,7 +140,15 @@ inline ModelConfig gguf_llama_config(const gguf::File& f) {
 inline WeightTensor gguf_weight(const gguf::File& f, const TensorSpec& spec,
                                 const LoadOptions& options) {
   const gguf::TensorInfo* t = f.find_tensor(spec.name);
-  if (t == nullptr) throw Error(ErrorKind::format, "missing tensor", f.path(), spec.name);
+  if (t == nullptr) {
+    // A layer tensor past the layers the file holds: the block count is what lies.
+    const std::int64_t layer = gguf_layer_of(spec.name), present = gguf_layers_present(f);
+    std::string message = "missing tensor";
+    if (layer >= present)
+      message += ": llama.block_count is " + std::to_string(f.get_int("llama.block_count")) +
+                 " but the file holds tensors of " + std::to_string(present) + " layers";
+    throw Error(ErrorKind::format, message, f.path(), spec.name);
+  }
   // GGUF dims are [cols, rows, 1, ...]: ne0 is the innermost (contiguous) dimension.
   std::uint64_t rows = 1;
   for (std::size_t d = 1; d < t->dims.size(); ++d) rows *= t->dims[d];
@@ -143,13 +173,35 @@ inline WeightTensor gguf_weight(const gguf::File& f, const TensorSpec& spec,
   return w;
 }
 
-// A tokenizer with more tokens than the embedding has rows would produce ids the model cannot
-// take; fewer is legal (embeddings padded to a round size).
+// Every tensor of the file must be one the model reads, as llama.cpp demands: a tensor left over
+// means the metadata lies about the model (a block_count smaller than the layers held) or the
+// file is of another architecture.
+inline void check_no_unused_tensors(const gguf::File& f, const ModelConfig& c,
+                                    const std::set<std::string, std::less<>>& used) {
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (used.find(t.name) != used.end()) continue;
+    const std::int64_t layer = gguf_layer_of(t.name);
+    if (layer >= c.n_layers)
+      throw Error(ErrorKind::format,
+                  "tensor of layer " + std::to_string(layer) + " but llama.block_count is " +
+                      std::to_string(c.n_layers) + ": the file holds " +
+                      std::to_string(gguf_layers_present(f)) + " layers",
+                  f.path(), t.name);
+    throw Error(ErrorKind::format,
+                "tensor is not part of a llama model (" + std::to_string(c.n_layers) +
+                    " layers); is the file of another architecture?",
+                f.path(), t.name);
+  }
+}
+
+// The tokenizer must have exactly one token per embedding row, as llama.cpp requires: more
+// would produce ids the model cannot take, fewer leaves rows no text can reach (a truncated token
+// array). Converters pad the token list when they pad the embedding.
 inline void check_tokenizer_size(const gguf::File& f, const ModelConfig& c) {
   constexpr const char* kTokens = "tokenizer.ggml.tokens";
   if (!f.has(kTokens)) return;
   const std::size_t n = f.array_size(kTokens);
-  if (n > static_cast<std::size_t>(c.vocab_size))
+  if (n != static_cast<std::size_t>(c.vocab_size))
     throw Error(ErrorKind::format,
                 "the tokenizer has " + std::to_string(n) + " tokens but the model's vocabulary (" +
                     "token_embd.weight rows) has " + std::to_string(c.vocab_size),
@@ -164,8 +216,13 @@ inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file,
   GgufModel m;
   m.config = detail::gguf_llama_config(*file);
   // (rope_freqs.weight needs no option: RoPE always refuses non-finite factors.)
-  m.weights = assemble_weights(
-      m.config, [&](const TensorSpec& spec) { return detail::gguf_weight(*file, spec, options); });
+  std::set<std::string, std::less<>> used{"rope_freqs.weight"};  // read by gguf_llama_config
+  m.weights = assemble_weights(m.config, [&](const TensorSpec& spec) {
+    WeightTensor w = detail::gguf_weight(*file, spec, options);
+    used.insert(spec.name);
+    return w;
+  });
+  detail::check_no_unused_tensors(*file, m.config, used);
   detail::check_tokenizer_size(*file, m.config);
   repack_weights(m.weights, options, file->is_mapped());
   m.weights.storage = file;

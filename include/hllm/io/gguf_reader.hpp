@@ -288,22 +288,38 @@ class File {
              t.name, offset_positions[i]);
       t.data = file_->data() + data_offset_ + t.offset;
     }
-    // Overlap: sorted by offset, each tensor must end before the next begins.
-    std::vector<std::size_t> order(tensors_.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return tensors_[a].offset < tensors_[b].offset;
-    });
-    for (std::size_t k = 1; k < order.size(); ++k) {
-      const TensorInfo& prev = tensors_[order[k - 1]];
-      const TensorInfo& next = tensors_[order[k]];
-      if (prev.offset + prev.size_bytes > next.offset)  // no overflow: both bounded by data_size
+    check_layout(data_size, offset_positions);
+  }
+
+  // Every GGUF writer (llama.cpp's, gguf-py, ours) lays the tensors' data out back to back in
+  // index order, each padded to the alignment, and llama.cpp's reader refuses any other layout.
+  // Holding files to it catches a tensor whose type or shape was edited without its data: its
+  // size no longer leads to the next tensor's offset, or (the last one) to the end of the file.
+  void check_layout(std::uint64_t data_size, const std::vector<std::uint64_t>& offset_positions) {
+    std::uint64_t expected = 0;  // where the next tensor's data must begin
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      const TensorInfo& t = tensors_[i];
+      if (t.offset != expected)
         fail(ErrorKind::format,
-             "tensor data at offset " + std::to_string(next.offset) + " overlaps tensor '" +
-                 prev.name + "' [" + std::to_string(prev.offset) + ", +" +
-                 std::to_string(prev.size_bytes) + ")",
-             next.name, offset_positions[order[k]]);
+             "tensor data at offset " + std::to_string(t.offset) + ", expected " +
+                 std::to_string(expected) +
+                 (i == 0 ? std::string(" (the first tensor starts the data section)")
+                         : " (where tensor '" + tensors_[i - 1].name + "' of " +
+                               std::to_string(tensors_[i - 1].size_bytes) +
+                               " bytes ends, padded to the alignment " +
+                               std::to_string(alignment_) + ")") +
+                 ": tensors must follow each other in index order; a retyped or resized tensor?",
+             t.name, offset_positions[i]);
+      // No overflow: t.offset + t.size_bytes <= data_size was checked above.
+      expected = t.offset + t.size_bytes + (alignment_ - t.size_bytes % alignment_) % alignment_;
     }
+    if (!tensors_.empty() && data_size > expected)
+      fail(ErrorKind::format,
+           std::to_string(data_size - expected) + " bytes follow the last tensor's data (" +
+               std::to_string(tensors_.back().size_bytes) +
+               " bytes and its padding): the tensor index does not describe the whole file; a "
+               "retyped or resized tensor?",
+           tensors_.back().name, offset_positions.back());
   }
 
   void parse_kv(Cursor& c, std::uint64_t i) {

@@ -3,13 +3,17 @@
 // llama.cpp's defaults for whatever is absent. The only place the tokenizer layer touches GGUF.
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "hllm/core/error.hpp"
 #include "hllm/io/gguf_reader.hpp"
 #include "hllm/io/gguf_writer.hpp"
+#include "hllm/tokenizer/pretokenizer.hpp"
+#include "hllm/tokenizer/unicode.hpp"
 #include "hllm/tokenizer/vocabulary.hpp"
 
 namespace hllm {
@@ -25,7 +29,124 @@ inline void set_llama_spm_defaults(Vocabulary& v) {
   v.add_space_prefix = true;
 }
 
-inline Vocabulary vocabulary_from_gguf(const gguf::File& file) {
+struct VocabularyOptions {
+  // The pre-tokenizer to use when the file names one hllm does not know ("default",
+  // "llama-bpe", ...). Empty (the default): such a file is refused, since splitting its text
+  // with the wrong rules would silently change every token.
+  std::string pretokenizer_fallback;
+};
+
+namespace detail {
+
+// A token's text for a message: printable ASCII as is, anything else as \xNN.
+inline std::string quoted_token(std::string_view text) {
+  std::string out = "'";
+  for (char c : text.substr(0, 40)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) {
+      out += c;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", u);
+      out += hex;
+    }
+  }
+  return out + (text.size() > 40 ? "...'" : "'");
+}
+
+// The checks of what a vocabulary's parts mean, beyond their syntax: the model's own tokens are
+// there, types are real types, merges join real tokens. A file that fails one would tokenize
+// into garbage (or nothing) without an error anywhere else.
+inline void check_vocabulary_content(const Vocabulary& v, const gguf::File& file) {
+  const auto fail = [&](const std::string& key, const std::string& message) {
+    throw Error(ErrorKind::format, message, file.path(), "tokenizer.ggml." + key);
+  };
+  std::unordered_set<std::string_view> tokens;
+  tokens.reserve(v.tokens.size());
+  for (const std::string& t : v.tokens) tokens.insert(t);
+
+  // Types: llama.cpp's llama_token_type, normal (1) to byte (6); converters never write 0.
+  for (std::size_t i = 0; i < v.token_types.size(); ++i)
+    if (v.token_types[i] < 1 || v.token_types[i] > 6)
+      fail("token_type", "token " + std::to_string(i) + " " + quoted_token(v.tokens[i]) +
+                             " has type " + std::to_string(v.token_types[i]) +
+                             ", outside 1 (normal) to 6 (byte)");
+  // Only control and unused tokens may have no text: any other empty token would decode to
+  // nothing and could never be produced by encoding.
+  for (std::size_t i = 0; i < v.tokens.size(); ++i) {
+    const TokenType type = v.type_of(i);
+    if (v.tokens[i].empty() && type != TokenType::control && type != TokenType::unused)
+      fail("tokens", "token " + std::to_string(i) +
+                         " is empty (only control and unused tokens "
+                         "may be)");
+  }
+
+  if (v.model == "llama") {
+    // SentencePiece with byte fallback: every byte that no piece covers becomes <0xXX>.
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      if (tokens.find(name) == tokens.end())
+        fail("model", std::string("a SentencePiece ('llama') vocabulary needs the 256 byte "
+                                  "tokens <0x00>..<0xFF>; this one has no ") +
+                          name + " (a byte-level BPE vocabulary is model 'gpt2')");
+    }
+  } else {
+    // Byte-level BPE: the stand-in character of every byte that valid UTF-8 can hold is a token
+    // of its own (text is repaired to valid UTF-8 before encoding, so 0xC0, 0xC1 and 0xF5-0xFF
+    // never occur, and real vocabularies such as GPT-NeoX's lack them).
+    const unicode::ByteMapping& bytes = unicode::ByteMapping::instance();
+    for (int b = 0; b < 256; ++b) {
+      if (b == 0xC0 || b == 0xC1 || b >= 0xF5) continue;
+      const std::string& text = bytes.text_of(static_cast<unsigned char>(b));
+      if (tokens.find(text) == tokens.end())
+        fail("model",
+             "a byte-level BPE ('gpt2') vocabulary needs a token for each byte of "
+             "UTF-8 text; this one has none for byte " +
+                 std::to_string(b) + " " + quoted_token(text) +
+                 " (a SentencePiece vocabulary is model 'llama')");
+    }
+    for (std::size_t i = 0; i < v.merges.size(); ++i) {
+      const std::string& merge = v.merges[i];
+      const std::size_t space = merge.find(' ', 1);
+      const std::string where = "merge " + std::to_string(i) + " " + quoted_token(merge);
+      if (space == std::string::npos || space + 1 >= merge.size() ||
+          merge.find(' ', space + 1) != std::string::npos)
+        fail("merges", where + " is not two tokens separated by one space");
+      for (std::string_view part :
+           {std::string_view(merge).substr(0, space), std::string_view(merge).substr(space + 1)})
+        if (tokens.find(part) == tokens.end())
+          fail("merges", where + ": " + quoted_token(part) + " is not a token");
+    }
+  }
+}
+
+// The vocabulary's size as the rest of the file states it (llama.vocab_size, the embedding's
+// rows): the token array must match, or ids and rows disagree.
+inline void check_vocabulary_size(const Vocabulary& v, const gguf::File& file) {
+  const std::string count = std::to_string(v.tokens.size());
+  const std::string arch = file.get_string_or("general.architecture", "");
+  const std::string size_key = arch + ".vocab_size";
+  if (!arch.empty() && file.has(size_key) && file.type_of(size_key) != gguf::ValueType::string &&
+      file.get_int(size_key) != static_cast<std::int64_t>(v.tokens.size()))
+    throw Error(ErrorKind::format,
+                "the token array has " + count + " tokens but " + size_key + " is " +
+                    std::to_string(file.get_int(size_key)),
+                file.path(), "tokenizer.ggml.tokens");
+  if (const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+      embd != nullptr && embd->dims.size() >= 2 && embd->dims[1] != v.tokens.size())
+    throw Error(ErrorKind::format,
+                "the token array has " + count + " tokens but token_embd.weight has " +
+                    std::to_string(embd->dims[1]) + " rows",
+                file.path(), "tokenizer.ggml.tokens");
+}
+
+}  // namespace detail
+
+// Reads tokenizer.ggml.* and checks it for consistency: the checks of Vocabulary::validate, the
+// content checks above, the size against the model's, and a pre-tokenizer hllm knows.
+inline Vocabulary vocabulary_from_gguf(const gguf::File& file,
+                                       const VocabularyOptions& options = {}) {
   const auto fail = [&](const std::string& key, const std::string& message) {
     throw Error(ErrorKind::format, message, file.path(), key);
   };
@@ -57,9 +178,9 @@ inline Vocabulary vocabulary_from_gguf(const gguf::File& file) {
     if (types.size() < v.tokens.size()) fail(key("token_type"), "fewer token types than tokens");
     v.token_types.reserve(v.tokens.size());
     for (std::size_t i = 0; i < v.tokens.size(); ++i) {
-      // Values outside 0..6 mean "undefined" to llama.cpp; keep that meaning.
+      // Out-of-range values are refused by check_vocabulary_content.
       const std::int64_t t = types[i];
-      v.token_types.push_back(t >= 0 && t <= 6 ? static_cast<std::int32_t>(t) : 0);
+      v.token_types.push_back(t >= 0 && t <= 6 ? static_cast<std::int32_t>(t) : -1);
     }
   }
   if (file.has(key("merges"))) v.merges = file.get_string_array(key("merges"));
@@ -103,7 +224,34 @@ inline Vocabulary vocabulary_from_gguf(const gguf::File& file) {
   v.add_eos = file.get_bool_or(key("add_eos_token"), v.add_eos);
   v.add_space_prefix = file.get_bool_or(key("add_space_prefix"), v.add_space_prefix);
 
-  v.validate();
+  try {
+    v.validate();
+  } catch (const Error& e) {
+    throw Error(ErrorKind::format, e.message(), file.path(), key(e.field()));
+  }
+  detail::check_vocabulary_content(v, file);
+  detail::check_vocabulary_size(v, file);
+  if (is_bpe) {
+    // llama.cpp reads a missing key as "default" (files older than the key); an empty or unknown
+    // name is refused, unless the caller names a fallback.
+    if (file.has(key("pre")) && v.pre.empty()) {
+      if (options.pretokenizer_fallback.empty())
+        fail(key("pre"), "the pre-tokenizer name is empty; name a fallback to use this file");
+      v.pre = options.pretokenizer_fallback;
+    }
+    try {
+      (void)tokenizer::PreTokenizer::from_name(v.pre);
+    } catch (const Error&) {
+      if (options.pretokenizer_fallback.empty())
+        throw Error(ErrorKind::unsupported,
+                    "unknown pre-tokenizer '" + v.pre +
+                        "': its splitting rules are not known to hllm; name a fallback "
+                        "pre-tokenizer (e.g. --pre-tokenizer default) to use this file anyway",
+                    file.path(), key("pre"));
+      v.pre = options.pretokenizer_fallback;
+      (void)tokenizer::PreTokenizer::from_name(v.pre);  // the fallback must be known itself
+    }
+  }
   return v;
 }
 
