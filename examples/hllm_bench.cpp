@@ -570,7 +570,7 @@ int main(int argc, char** argv) {
   hllm::cli::Args args(argc, argv, "hllm-bench", kUsage);
   while (args.next()) {
     if (args.is("-m", "--model"))
-      o.model_path = args.value();
+      o.model_path = args.path();
     else if (args.is("--preset"))
       o.preset = args.value();
     else if (args.is("--type"))
@@ -584,9 +584,9 @@ int main(int argc, char** argv) {
     else if (args.is("-t", "--threads"))
       o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
     else if (args.is("--save"))
-      o.save_path = args.value();
+      o.save_path = args.path();
     else if (args.is("--vocab"))
-      o.vocab_path = args.value();
+      o.vocab_path = args.path();
     else if (args.is("--isa")) {
       o.isa = args.isa();
     } else if (args.is("--repack")) {

@@ -30,12 +30,15 @@ const char* kUsage =
     "usage: hllm-chat -m FILE.gguf [-t THREADS] [-c CONTEXT] [-n MAX_REPLY_TOKENS]\n"
     "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
     "         [--system TEXT] [--chat-format llama2|llama3|chatml|zephyr]\n"
-    "         [--isa scalar|avx2|avx512] [--kv-type f32|f16|bf16|q8_0]\n"
+    "         [--isa scalar|avx2|avx512] [--kv-type f32|f16|bf16|q8_0] [--pre-tokenizer NAME]\n"
+    "  --pre-tokenizer NAME: the pre-tokenizer for a file whose tokenizer.ggml.pre hllm does not\n"
+    "    know (refused otherwise), e.g. default, llama-bpe, qwen2\n"
     "  Reads one user message per line from stdin; EOF or /exit ends the chat.\n"
     "  --kv-type: the KV cache's element type (default f32; q8_0 takes a quarter of the memory)\n";
 
 struct Options {
   std::string model_path;
+  hllm::VocabularyOptions vocabulary;  // --pre-tokenizer
   std::string system;
   std::string chat_format;
   int max_reply = 1024;
@@ -51,7 +54,9 @@ Options parse(int argc, char** argv) {
   hllm::cli::Args args(argc, argv, "hllm-chat", kUsage);
   while (args.next()) {
     if (args.is("-m", "--model"))
-      o.model_path = args.value();
+      o.model_path = args.path();
+    else if (args.is("--pre-tokenizer"))
+      o.vocabulary.pretokenizer_fallback = args.value();
     else if (args.is("-t", "--threads"))
       o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
     else if (args.is("-c", "--ctx-size"))
@@ -94,7 +99,7 @@ int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
   try {
     hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
-    const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file));
+    const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file, options.vocabulary));
     hllm::ChatFormat format{};
     if (!options.chat_format.empty()) {
       format = hllm::chat_format_from_name(options.chat_format);
@@ -144,7 +149,7 @@ int main(int argc, char** argv) {
       std::string line;
       while (true) {
         if (interactive) std::fprintf(stderr, "> ");
-        if (!std::getline(std::cin, line) || line == "/exit") break;
+        if (!hllm::io::read_line(std::cin, line, "standard input") || line == "/exit") break;
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.empty()) continue;
 

@@ -7,10 +7,11 @@
 // tokenizer.bin). Hugging Face q/k weights are permuted into the interleaved RoPE layout, as
 // llama.cpp's converter does; a GGUF input keeps its tokenizer.
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,7 @@
 #include "hllm/io/convert.hpp"
 #include "hllm/io/gguf_model.hpp"
 #include "hllm/io/hf_model.hpp"
+#include "hllm/io/input_file.hpp"
 #include "hllm/io/llama2c.hpp"
 #include "hllm/tokenizer/vocabulary_gguf.hpp"
 
@@ -28,10 +30,11 @@ const char* kUsage =
     "                    [--tokenizer tokenizer.bin]\n"
     "  INPUT: a .gguf file, a Hugging Face checkpoint directory, or a llama2.c .bin\n";
 
+// Whether the file begins with `magic`; refuses what is not a regular file, never blocking.
 bool starts_with_magic(const std::string& path, const char* magic) {
-  std::ifstream in(path, std::ios::binary);
+  const hllm::io::InputFile in = hllm::io::InputFile::open(path, "model file");
   char head[4] = {};
-  return in.read(head, 4) && std::memcmp(head, magic, 4) == 0;
+  return ::pread(in.fd(), head, 4, 0) == 4 && std::memcmp(head, magic, 4) == 0;
 }
 
 }  // namespace
@@ -41,13 +44,13 @@ int main(int argc, char** argv) {
   hllm::cli::Args args(argc, argv, "hllm-convert", kUsage);
   while (args.next()) {
     if (args.is("-i", "--input"))
-      input = args.value();
+      input = args.path();
     else if (args.is("-o", "--output"))
-      output = args.value();
+      output = args.path();
     else if (args.is("--type"))
       type_name = args.value();
     else if (args.is("--tokenizer"))
-      tokenizer_path = args.value();
+      tokenizer_path = args.path();
     else
       args.unknown();
   }

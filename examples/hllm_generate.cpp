@@ -40,12 +40,16 @@ const char* kUsage =
     "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
     "         [--isa scalar|avx2|avx512] [--synthetic tiny|tinyllama-1.1b|...] [--check-finite]\n"
     "         [--kv-type f32|f16|bf16|q8_0]\n"
+    "         [--pre-tokenizer NAME]\n"
     "  --check-finite: read every weight at load and refuse NaN or Inf\n"
+    "  --pre-tokenizer NAME: the pre-tokenizer for a file whose tokenizer.ggml.pre hllm does not\n"
+    "    know (refused otherwise), e.g. default, llama-bpe, qwen2\n"
     "  --kv-type: the KV cache's element type (default f32; q8_0 takes a quarter of the memory)\n"
     "  default model: " HLLM_DEFAULT_MODEL "\n";
 
 struct Options {
   std::string model_path;
+  hllm::VocabularyOptions vocabulary;  // --pre-tokenizer
   std::string synthetic;
   std::string prompt = "In the beginning";
   bool prompt_given = false;
@@ -63,7 +67,9 @@ Options parse(int argc, char** argv) {
   hllm::cli::Args args(argc, argv, "hllm-generate", kUsage);
   while (args.next()) {
     if (args.is("-m", "--model"))
-      o.model_path = args.value();
+      o.model_path = args.path();
+    else if (args.is("--pre-tokenizer"))
+      o.vocabulary.pretokenizer_fallback = args.value();
     else if (args.is("-p", "--prompt")) {
       o.prompt = args.value();
       o.prompt_given = true;
@@ -127,7 +133,8 @@ int main(int argc, char** argv) {
       hllm::GgufModel loaded =
           hllm::load_gguf_model(options.model_path, {.check_finite = options.check_finite});
       if (loaded.file->has("tokenizer.ggml.model"))
-        tokenizer = std::make_unique<hllm::Tokenizer>(hllm::vocabulary_from_gguf(*loaded.file));
+        tokenizer = std::make_unique<hllm::Tokenizer>(
+            hllm::vocabulary_from_gguf(*loaded.file, options.vocabulary));
       config = loaded.config;
       weights = std::move(loaded.weights);
       model_name = options.model_path;

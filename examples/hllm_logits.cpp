@@ -10,12 +10,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "hllm/core/error.hpp"
 #include "hllm/io/gguf_model.hpp"
+#include "hllm/io/input_file.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/session.hpp"
 
@@ -30,8 +31,7 @@ void usage(std::FILE* to) {
 }
 
 std::vector<std::int32_t> read_tokens(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw hllm::Error(hllm::ErrorKind::io, "cannot open token file", path);
+  std::istringstream in(hllm::io::read_text_file(path, "token file"));
   std::vector<std::int32_t> tokens;
   std::string word;
   while (in >> word) {

@@ -12,9 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,12 +23,15 @@ namespace {
 
 const char* kUsage =
     "usage: hllm-perplexity -m FILE.gguf -f TEXT.txt [-c CONTEXT] [-t THREADS] [-b BATCH]\n"
-    "         [--isa scalar|avx2|avx512]\n"
+    "         [--isa scalar|avx2|avx512] [--pre-tokenizer NAME]\n"
+    "  --pre-tokenizer NAME: the pre-tokenizer for a file whose tokenizer.ggml.pre hllm does not\n"
+    "    know (refused otherwise), e.g. default, llama-bpe, qwen2\n"
     "  -c: window length in tokens (default 512); the second half of each window is scored\n"
     "  -b: tokens per forward pass while evaluating a window (default 512)\n";
 
 struct Options {
   std::string model_path;
+  hllm::VocabularyOptions vocabulary;  // --pre-tokenizer
   std::string text_path;
   std::size_t context = 512;
   std::size_t batch = 512;
@@ -43,9 +44,11 @@ Options parse(int argc, char** argv) {
   hllm::cli::Args args(argc, argv, "hllm-perplexity", kUsage);
   while (args.next()) {
     if (args.is("-m", "--model"))
-      o.model_path = args.value();
+      o.model_path = args.path();
+    else if (args.is("--pre-tokenizer"))
+      o.vocabulary.pretokenizer_fallback = args.value();
     else if (args.is("-f", "--file"))
-      o.text_path = args.value();
+      o.text_path = args.path();
     else if (args.is("-c", "--ctx-size"))
       o.context = args.number<std::size_t>(4, hllm::kMaxContext);
     else if (args.is("-b", "--batch-size"))
@@ -62,23 +65,14 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw hllm::Error(hllm::ErrorKind::io, "cannot open the text file", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw hllm::Error(hllm::ErrorKind::io, "cannot read the text file", path);
-  return text.str();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options options = parse(argc, argv);
   try {
     hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
-    const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file));
-    const std::string text = read_file(options.text_path);
+    const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file, options.vocabulary));
+    const std::string text = hllm::io::read_text_file(options.text_path);
     const std::vector<std::int32_t> tokens = tokenizer.encode(text, /*add_special=*/true);
     const std::size_t c = options.context;
     const hllm::PerplexityPlan plan = hllm::plan_perplexity(tokens.size(), c);

@@ -9,40 +9,43 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "hllm/core/error.hpp"
 #include "hllm/io/gguf_reader.hpp"
+#include "hllm/io/input_file.hpp"
 #include "hllm/tokenizer/tokenizer.hpp"
 #include "hllm/tokenizer/vocabulary_gguf.hpp"
 
 namespace {
 
 void usage() {
-  std::cerr << "usage: hllm-tokenize -m MODEL.gguf -f FILE [--no-bos] [--parse-special]\n"
-               "       hllm-tokenize -m MODEL.gguf -f FILE --detokenize [--special]\n";
+  std::cerr << "usage: hllm-tokenize -m MODEL.gguf -f FILE|- [--no-bos] [--parse-special]\n"
+               "                     [--pre-tokenizer NAME]\n"
+               "       hllm-tokenize -m MODEL.gguf -f FILE|- --detokenize [--special]\n";
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw hllm::Error(hllm::ErrorKind::io, "cannot open", path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+// The text to tokenize: the file, or standard input for "-"; both bounded.
+std::string read_input(const std::string& path) {
+  return path == "-" ? hllm::io::read_stream(std::cin, "standard input")
+                     : hllm::io::read_text_file(path);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_path, text_path;
+  hllm::VocabularyOptions vocabulary;
   bool add_bos = true, parse_special = false, detokenize = false, special = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if ((arg == "-m" || arg == "-f") && i + 1 < argc) {
       (arg == "-m" ? model_path : text_path) = argv[++i];
+    } else if (arg == "--pre-tokenizer" && i + 1 < argc) {
+      vocabulary.pretokenizer_fallback = argv[++i];
     } else if (arg == "--no-bos") {
       add_bos = false;
     } else if (arg == "--parse-special") {
@@ -57,12 +60,14 @@ int main(int argc, char** argv) {
     }
   }
   if (model_path.empty() || text_path.empty()) {
+    std::cerr << "hllm-tokenize: -m and -f need a file path (-f - reads standard input)\n";
     usage();
     return 2;
   }
   try {
-    const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(hllm::gguf::File::open(model_path)));
-    const std::string input = read_file(text_path);
+    const hllm::Tokenizer tokenizer(
+        hllm::vocabulary_from_gguf(hllm::gguf::File::open(model_path), vocabulary));
+    const std::string input = read_input(text_path);
     if (detokenize) {
       std::vector<std::int32_t> ids;
       std::istringstream in(input);

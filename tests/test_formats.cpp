@@ -5,13 +5,19 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +26,7 @@
 #include "golden_file.hpp"
 #include "hllm/io/gguf_model.hpp"
 #include "hllm/io/hf_model.hpp"
+#include "hllm/io/input_file.hpp"
 #include "hllm/io/llama2c.hpp"
 #include "hllm/io/safetensors.hpp"
 #include "hllm/kernels/reference.hpp"
@@ -342,6 +349,22 @@ TEST(SafetensorsCorrupt, OffsetsAndSizes) {
                   ErrorKind::format, "t");
 }
 
+// The data section holds the tensors back to back and nothing else: a hole, or bytes after the
+// last tensor, mean a header edited without its data (a retyped or reshaped tensor).
+TEST(SafetensorsCorrupt, DataSectionHoldsTheTensorsBackToBack) {
+  const std::string gap = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                          R"("b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})";
+  expect_st_error(gap, 20, ErrorKind::format, "b", 8 + gap.size() + 12);
+  const std::string late = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+  expect_st_error(late, 12, ErrorKind::format, "a", 8 + late.size() + 4);
+  const std::string tail = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  expect_st_error(tail, 12, ErrorKind::format, "a", 8 + tail.size() + 8);
+  // F32 retyped to F16 with its offsets kept: the data no longer spans the shape's bytes.
+  const std::string retyped = R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})";
+  expect_st_error(retyped, 8, ErrorKind::format, "a", 8 + retyped.size() + 4);
+  EXPECT_NO_THROW(st::File::from_memory(safetensors_bytes(tail, 8), kBad));
+}
+
 TEST(SafetensorsCorrupt, ShapesAndTypes) {
   expect_st_error(R"({"t":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8,
                   ErrorKind::unsupported, "t");
@@ -447,6 +470,26 @@ TEST(HfModel, MissingOrMisshapenTensors) {
       {std::make_shared<const st::File>(st::File::from_memory(bytes, "x.safetensors"))}));
   expect_error([&] { hllm::load_hf_model(hf.config, only); }, ErrorKind::format,
                "model.embed_tokens.weight", "x.safetensors");
+}
+
+// config.json that says fewer layers than the checkpoint holds: the first tensor of a layer past
+// num_hidden_layers is named (the extra layers used to be silently ignored).
+TEST(HfModel, LayersBeyondTheConfigAreRefused) {
+  const hllm::HfModel hf = hllm::load_hf_model(kDir + "/hf");
+  hllm::ModelConfig c = hf.config;
+  ASSERT_GE(c.n_layers, 2);
+  c.n_layers -= 1;
+  try {
+    hllm::load_hf_model(c, hf.checkpoint);
+    ADD_FAILURE() << "a checkpoint with more layers than config.json loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::format) << e.what();
+    EXPECT_EQ(e.field().rfind("model.layers." + std::to_string(c.n_layers) + ".", 0), 0u)
+        << e.what();
+    EXPECT_NE(e.message().find("num_hidden_layers is " + std::to_string(c.n_layers)),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -646,6 +689,106 @@ TEST(Llama2cTokenizer, Corrupt) {
   // A NaN score.
   expect_error([&] { load(with_i32(good, 4, 0x7fc00000)); }, ErrorKind::format, "token[0]", name,
                4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs that are not regular files, or never end
+
+// Runs `f` on another thread and fails the test (ending the process, since a blocked thread
+// cannot be joined) if it takes longer than 10 s: these checks are about never blocking.
+template <class F>
+void within_seconds(F&& f) {
+  auto done = std::async(std::launch::async, std::forward<F>(f));
+  if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "blocked for 10 s";
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  done.get();
+}
+
+TEST(Inputs, NonRegularFilesAreRefusedAtOnce) {
+  TempDir tmp;
+  const std::string fifo = (tmp.path / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string dir = tmp.path.string();
+  const auto refused = [](auto&& open, const std::string& path, const std::string& what) {
+    within_seconds([&] {
+      expect_error([&] { open(path); }, ErrorKind::io, {}, path, std::nullopt,
+                   "is " + what + ", not a regular");
+    });
+  };
+  for (const auto& [path, what] :
+       {std::pair{fifo, std::string("a FIFO (named pipe)")},
+        std::pair{dir, std::string("a directory")},
+        std::pair{std::string("/dev/zero"), std::string("a character device")}}) {
+    SCOPED_TRACE(path);
+    refused([](const std::string& p) { hllm::gguf::File::open(p); }, path, what);
+    refused([](const std::string& p) { hllm::load_gguf_model(p); }, path, what);
+    refused([](const std::string& p) { st::File::open(p); }, path, what);
+    refused([](const std::string& p) { hllm::load_llama2c_model(p); }, path, what);
+    refused([](const std::string& p) { hllm::io::read_text_file(p); }, path, what);
+  }
+  // A directory given to the Hugging Face loader must hold config.json; a FIFO named
+  // config.json is refused like any other.
+  ASSERT_EQ(::mkfifo((tmp.path / "config.json").string().c_str(), 0600), 0);
+  within_seconds([&] {
+    expect_error([&] { hllm::load_hf_model(dir); }, ErrorKind::io, {},
+                 (tmp.path / "config.json").string(), std::nullopt, "is a FIFO");
+  });
+}
+
+TEST(Inputs, TheEmptyPathIsNotAPath) {
+  for (const auto& open : std::vector<std::function<void()>>{
+           [] { hllm::gguf::File::open(""); }, [] { hllm::io::read_text_file(""); },
+           [] { hllm::load_llama2c_model(""); }, [] { st::File::open(""); }})
+    expect_error(open, ErrorKind::invalid_argument, {}, {}, std::nullopt,
+                 "the empty string is not a path");
+}
+
+// A stream that never ends: every read yields more zero bytes.
+class EndlessZeros : public std::streambuf {
+ protected:
+  int_type underflow() override {
+    setg(buffer_, buffer_, buffer_ + sizeof buffer_);
+    return 0;
+  }
+
+ private:
+  char buffer_[4096] = {};
+};
+
+TEST(Inputs, EndlessStreamsStopAtTheirLimit) {
+  EndlessZeros zeros;
+  std::istream in(&zeros);
+  std::string line;
+  within_seconds([&] {
+    expect_error([&] { hllm::io::read_line(in, line, "stdin", 1 << 16); }, ErrorKind::capacity, {},
+                 "stdin", std::nullopt, "longer than the limit of 65536 bytes");
+  });
+  EXPECT_LE(line.size(), std::size_t{1} << 16);
+  within_seconds([&] {
+    expect_error([&] { hllm::io::read_stream(in, "stdin", std::size_t{1} << 20); },
+                 ErrorKind::capacity, {}, "stdin", std::nullopt, "longer than the limit of 1 MiB");
+  });
+  // Within the limits, lines and streams read as std::getline and rdbuf would.
+  std::istringstream text("first\nsecond line\n\nlast");
+  std::vector<std::string> lines;
+  while (hllm::io::read_line(text, line, "text")) lines.push_back(line);
+  EXPECT_EQ(lines, (std::vector<std::string>{"first", "second line", "", "last"}));
+  std::istringstream whole("abc\ndef");
+  EXPECT_EQ(hllm::io::read_stream(whole, "text"), "abc\ndef");
+}
+
+TEST(Inputs, TextFilesAreReadWholeUpToTheirLimit) {
+  TempDir tmp;
+  const std::string path = (tmp.path / "text.txt").string();
+  write_bytes(path, "In the beginning");
+  EXPECT_EQ(hllm::io::read_text_file(path), "In the beginning");
+  expect_error([&] { hllm::io::read_text_file(path, "text file", 8); }, ErrorKind::capacity, {},
+               path, std::nullopt, "more than the limit of 8 bytes");
+  expect_error([&] { hllm::io::read_text_file((tmp.path / "missing").string()); }, ErrorKind::io,
+               {}, (tmp.path / "missing").string(), std::nullopt, "cannot open text file");
 }
 
 }  // namespace

@@ -69,6 +69,14 @@ class Args {
     return argv_[++index_];
   }
 
+  // The flag's value as a file path: the empty string is refused here, so that `-m ""` is an
+  // error instead of meaning "no model given".
+  std::string path() {
+    std::string v = value();
+    if (v.empty()) fail("flag " + flag_ + " needs a file path, got the empty string");
+    return v;
+  }
+
   // The flag's value as a number in [lo, hi].
   template <class T>
   T number(T lo = std::numeric_limits<T>::lowest(), T hi = std::numeric_limits<T>::max()) {

@@ -17,6 +17,7 @@
 #include "hllm/io/gguf_reader.hpp"
 #include "hllm/io/gguf_writer.hpp"
 #include "hllm/io/hf_model.hpp"
+#include "hllm/io/input_file.hpp"
 #include "hllm/io/llama2c.hpp"
 #include "hllm/io/load_options.hpp"
 #include "hllm/io/mapped_file.hpp"
