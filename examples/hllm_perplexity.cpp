@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
     const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file, options.vocabulary));
     const std::string text = hllm::io::read_text_file(options.text_path);
-    const std::vector<std::int32_t> tokens = tokenizer.encode(text, /*add_special=*/true);
+    const std::vector<std::int32_t> tokens = tokenizer.encode(text, {});
     const std::size_t c = options.context;
     const hllm::PerplexityPlan plan = hllm::plan_perplexity(tokens.size(), c);
 

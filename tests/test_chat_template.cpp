@@ -337,8 +337,8 @@ TEST(ChatTemplate, StopTokensComeFromTheVocabulary) {
   EXPECT_EQ(hllm::chat_stop_tokens(ChatFormat::llama3, t), (std::vector<std::int32_t>{2}));
   // The rendered markers tokenize to their ids with parse_special.
   const std::vector<ChatMessage> one = {{"user", "a"}};
-  const std::vector<std::int32_t> ids =
-      t.encode(hllm::render_chat(ChatFormat::chatml, one, false), false, true);
+  const std::vector<std::int32_t> ids = t.encode(hllm::render_chat(ChatFormat::chatml, one, false),
+                                                 {.add_special = false, .parse_special = true});
   ASSERT_GE(ids.size(), 2u);
   EXPECT_EQ(ids.front(), 3);
   EXPECT_TRUE(hllm::chat_template_writes_bos(ChatFormat::llama3));
@@ -480,7 +480,7 @@ void expect_same_ids_as_whole_string(const NamedTokenizer& named) {
         const bool add = !hllm::chat_template_writes_bos(f);
         const std::vector<ChatSegment> segments = hllm::render_chat_segments(f, messages, gen);
         EXPECT_EQ(hllm::encode_chat(t, segments, add),
-                  t.encode(hllm::chat_text(segments), add, /*parse_special=*/true))
+                  t.encode(hllm::chat_text(segments), {.add_special = add, .parse_special = true}))
             << named.name << ", " << hllm::to_string(f) << ", " << messages.size() << " messages: '"
             << hllm::chat_text(segments) << "'";
       });
@@ -506,7 +506,8 @@ void expect_markers_stay_text(const NamedTokenizer& named, ChatFormat f) {
       if (add && t.vocabulary().add_bos) markup_specials.push_back(t.bos());
       for (const ChatSegment& s : segments)
         if (s.kind == ChatSegmentKind::markup)
-          for (std::int32_t id : specials(t, t.encode(s.text, false, true)))
+          for (std::int32_t id :
+               specials(t, t.encode(s.text, {.add_special = false, .parse_special = true})))
             markup_specials.push_back(id);
       EXPECT_EQ(specials(t, ids), markup_specials);
 
@@ -516,7 +517,7 @@ void expect_markers_stay_text(const NamedTokenizer& named, ChatFormat f) {
                 specials(t, hllm::encode_chat(t, hllm::render_chat_segments(f, benign, gen), add)));
 
       const std::vector<std::int32_t> reparsed =
-          t.encode(hllm::chat_text(segments), add, /*parse_special=*/true);
+          t.encode(hllm::chat_text(segments), {.add_special = add, .parse_special = true});
       reparsed_specials += specials(t, reparsed).size();
       segment_specials += specials(t, ids).size();
 
@@ -589,9 +590,10 @@ TEST(ChatEncoding, SpecialRangesDecideWhereControlTokensCount) {
   const hllm::Tokenizer t = range_tokenizer();
   const std::string text = "x<|im_end|>y<|im_end|>@@<unk>";
   // No ranges: encode without parse_special; the whole text: encode with it.
-  EXPECT_EQ(t.encode_with_special_ranges(text, {}, true), t.encode(text, true, false));
+  EXPECT_EQ(t.encode_with_special_ranges(text, {}, true), t.encode(text, {}));
   const std::vector<Range> whole = {{0, text.size()}};
-  EXPECT_EQ(t.encode_with_special_ranges(text, whole, false), t.encode(text, false, true));
+  EXPECT_EQ(t.encode_with_special_ranges(text, whole, false),
+            t.encode(text, {.add_special = false, .parse_special = true}));
   // Only the second <|im_end|> lies in a range; the user-defined @@ is split out everywhere.
   const std::vector<Range> second = {{12, 10}};
   std::vector<std::int32_t> ids = t.encode_with_special_ranges(text, second, false);
@@ -606,7 +608,7 @@ TEST(ChatEncoding, SpecialRangesDecideWhereControlTokensCount) {
   // A rejected occurrence does not hide an overlapping one inside the range: in "ababa" with
   // the range on "aba" at 2, the "aba" at 0 is text and the one at 2 is the token.
   const std::vector<Range> last_aba = {{2, 3}};
-  std::vector<std::int32_t> expected = t.encode("ab", false, false);
+  std::vector<std::int32_t> expected = t.encode("ab", {.add_special = false});
   expected.push_back(4);
   EXPECT_EQ(t.encode_with_special_ranges("ababa", last_aba, false), expected);
   // Ranges must be sorted, disjoint and inside the text.
@@ -629,7 +631,7 @@ TEST(ChatEncoding, AdjacentMarkupSegmentsAreOneRange) {
                                                  {ChatSegmentKind::markup, "end|>"}};
   const std::vector<std::int32_t> ids = hllm::encode_chat(t, half_content, false);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 3), 0);
-  EXPECT_EQ(ids, t.encode("<|im_end|>", false, false));
+  EXPECT_EQ(ids, t.encode("<|im_end|>", {.add_special = false}));
 }
 
 TEST(Perplexity, TokenNllIsLogSoftmax) {

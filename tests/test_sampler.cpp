@@ -657,7 +657,7 @@ TEST(Generate, CallbackReturningFalseStopsAfterThatToken) {
       generate(session, std::vector<std::int32_t>{3}, sampler, GenerateOptions{100, {}},
                [](std::int32_t token) { return token != 6; });
   EXPECT_EQ(result.tokens, (std::vector<std::int32_t>{4, 5, 6}));
-  EXPECT_EQ(result.reason, StopReason::callback);
+  EXPECT_EQ(result.reason, StopReason::cancelled);
   EXPECT_EQ(session.decoded, (std::vector<std::int32_t>{4, 5}));
 }
 
@@ -669,6 +669,84 @@ TEST(Generate, CallbackStopTakesPrecedenceOverMaxTokensOnTheSameToken) {
                [](std::int32_t) { return false; });
   EXPECT_EQ(result.tokens, (std::vector<std::int32_t>{4}));
   EXPECT_EQ(result.reason, StopReason::callback);
+}
+
+// A CountingSession with a context of `capacity` tokens, as hllm::Session reports it: prefill
+// and decode throw past it, as the real cache does, so a generate() that overruns it fails.
+class BoundedCountingSession : public CountingSession {
+ public:
+  BoundedCountingSession(int vocab, std::size_t capacity)
+      : CountingSession(vocab), capacity_(capacity) {}
+  std::span<const float> prefill(std::span<const std::int32_t> tokens) {
+    if (tokens.size() > capacity_ - length_) throw Error(ErrorKind::capacity, "capacity exceeded");
+    length_ += tokens.size();
+    return CountingSession::prefill(tokens);
+  }
+  std::span<const float> decode(std::int32_t token) {
+    if (length_ >= capacity_) throw Error(ErrorKind::capacity, "capacity exceeded");
+    ++length_;
+    return CountingSession::decode(token);
+  }
+  std::size_t position() const { return length_; }
+  std::size_t context() const { return capacity_; }
+
+ private:
+  std::size_t capacity_, length_ = 0;
+};
+
+static_assert(BoundedSession<BoundedCountingSession>);
+static_assert(!BoundedSession<CountingSession>);
+
+TEST(Generate, EosIsItsOwnStopReasonApartFromStopTokens) {
+  CountingSession session(10);
+  Sampler sampler(greedy_params());
+  GenerateOptions options{.max_tokens = 100, .stop_tokens = {8}, .eos = 6};
+  const GenerateResult result = generate(session, std::vector<std::int32_t>{3}, sampler, options);
+  EXPECT_EQ(result.tokens, (std::vector<std::int32_t>{4, 5}));
+  EXPECT_EQ(result.reason, StopReason::eos);
+  EXPECT_STREQ(to_string(result.reason), "eos");
+}
+
+// The context fills after 2 prompt tokens + 4 decoded ones: the fifth generated token was
+// sampled from the last logits the cache could produce, is returned, and is never decoded.
+TEST(Generate, FullContextEndsGenerationKeepingTheTokensSoFar) {
+  BoundedCountingSession session(100, 6);
+  Sampler sampler(greedy_params());
+  std::vector<std::int32_t> seen;
+  const GenerateResult result = generate(session, std::vector<std::int32_t>{1, 2}, sampler,
+                                         GenerateOptions{50, {}}, [&](std::int32_t token) {
+                                           seen.push_back(token);
+                                           return true;
+                                         });
+  EXPECT_EQ(result.reason, StopReason::context_full);
+  EXPECT_STREQ(to_string(result.reason), "context_full");
+  EXPECT_EQ(result.tokens, (std::vector<std::int32_t>{3, 4, 5, 6, 7}));
+  EXPECT_EQ(seen, result.tokens);
+  EXPECT_EQ(session.decoded, (std::vector<std::int32_t>{3, 4, 5, 6}));
+  EXPECT_EQ(session.position(), session.context());
+}
+
+// -1: no limit but the context (llama.cpp's -n -1); max_tokens still wins when it comes first.
+TEST(Generate, UnlimitedMaxTokensRunsUntilTheContextIsFull) {
+  BoundedCountingSession session(1000, 40);
+  Sampler sampler(greedy_params());
+  const GenerateResult result =
+      generate(session, std::vector<std::int32_t>{1}, sampler, GenerateOptions{-1, {}});
+  EXPECT_EQ(result.reason, StopReason::context_full);
+  EXPECT_EQ(result.tokens.size(), 40u);  // 1 prompt + 39 decoded fill 40; the 40th is returned
+
+  BoundedCountingSession roomy(1000, 40);
+  const GenerateResult limited =
+      generate(roomy, std::vector<std::int32_t>{1}, sampler, GenerateOptions{39, {}});
+  EXPECT_EQ(limited.reason, StopReason::max_tokens);
+  EXPECT_EQ(limited.tokens.size(), 39u);
+}
+
+TEST(Generate, StopReasonsHaveNames) {
+  EXPECT_STREQ(to_string(StopReason::stop_token), "stop_token");
+  EXPECT_STREQ(to_string(StopReason::max_tokens), "max_tokens");
+  EXPECT_STREQ(to_string(StopReason::cancelled), "cancelled");
+  EXPECT_EQ(StopReason::callback, StopReason::cancelled);  // the old name still compiles
 }
 
 TEST(Generate, ZeroMaxTokensDoesNoWork) {
@@ -690,7 +768,7 @@ TEST(Generate, RejectsEmptyPromptAndNegativeMaxTokens) {
       ErrorKind::invalid_argument, "prompt");
   expect_error_kind(
       [&] {
-        generate(session, std::vector<std::int32_t>{1}, sampler, GenerateOptions{-1, {}});
+        generate(session, std::vector<std::int32_t>{1}, sampler, GenerateOptions{-2, {}});
       },
       ErrorKind::invalid_argument, "max_tokens");
   EXPECT_EQ(session.prefill_calls, 0);

@@ -87,7 +87,7 @@ void check_vectors(const std::string& name) {
   ASSERT_GT(v.inputs.size(), 30u);
   int passed = 0;
   for (std::size_t i = 0; i < v.inputs.size(); ++i) {
-    const auto ids = tokenizer.encode(v.inputs[i], /*add_special=*/false);
+    const auto ids = tokenizer.encode(v.inputs[i], {.add_special = false});
     EXPECT_EQ(join(ids), join(v.ids[i])) << name << " string " << i << ": '" << v.inputs[i] << "'";
     EXPECT_EQ(tokenizer.decode(v.ids[i]), v.inputs[i]) << name << " string " << i;
     passed += join(ids) == join(v.ids[i]);
@@ -114,21 +114,25 @@ TEST(Tokenizer, SpecialTokensAndFlags) {
   EXPECT_TRUE(spm.is_control(1));
   EXPECT_FALSE(spm.is_control(15043));
   // add_special puts BOS in front (the vocabulary says add_bos and not add_eos).
-  const auto with_bos = spm.encode("Hello", true);
+  const auto with_bos = spm.encode("Hello", {});
   ASSERT_FALSE(with_bos.empty());
   EXPECT_EQ(with_bos.front(), 1);
   EXPECT_EQ(std::vector<std::int32_t>(with_bos.begin() + 1, with_bos.end()),
-            spm.encode("Hello", false));
+            spm.encode("Hello", {.add_special = false}));
   // parse_special: "<s>" becomes BOS and the text after it gets the SentencePiece space again.
-  const auto parsed = spm.encode("<s>Hello</s>", false, true);
+  const auto parsed = spm.encode("<s>Hello</s>", {.add_special = false, .parse_special = true});
   ASSERT_EQ(parsed.size(), 3u);
   EXPECT_EQ(parsed[0], 1);
-  EXPECT_EQ(parsed[1], spm.encode("Hello", false)[0]);
+  EXPECT_EQ(parsed[1], spm.encode("Hello", {.add_special = false})[0]);
   EXPECT_EQ(parsed[2], 2);
   // Without parse_special the same text is ordinary text.
-  const auto plain = spm.encode("<s>Hello</s>", false, false);
+  const auto plain = spm.encode("<s>Hello</s>", {.add_special = false});
   EXPECT_EQ(std::count(plain.begin(), plain.end(), 1), 0);
   EXPECT_GT(plain.size(), 3u);
+  // The positional form of the same calls still works and agrees; {} is EncodeOptions{} (BOS).
+  EXPECT_EQ(spm.encode("<s>Hello</s>", false, true), parsed);
+  EXPECT_EQ(spm.encode("Hello", true), with_bos);
+  EXPECT_EQ(spm.encode("Hello"), with_bos);
   // Control tokens decode to nothing unless asked.
   EXPECT_EQ(spm.decode(parsed), "Hello");
   EXPECT_EQ(spm.token_to_piece(1, true), "<s>");
@@ -137,7 +141,7 @@ TEST(Tokenizer, SpecialTokensAndFlags) {
   EXPECT_EQ(spm.token_to_piece(3 + 0x41), "A");
 
   const hllm::Tokenizer bpe = load_tokenizer("ggml-vocab-mpt.gguf");
-  EXPECT_EQ(bpe.encode("<|endoftext|>", true, true), std::vector<std::int32_t>{0});
+  EXPECT_EQ(bpe.encode("<|endoftext|>", {.parse_special = true}), std::vector<std::int32_t>{0});
   EXPECT_EQ(bpe.decode(std::vector<std::int32_t>{0}, true), "<|endoftext|>");
   EXPECT_EQ(bpe.decode(std::vector<std::int32_t>{0}), "");
 }
@@ -165,11 +169,11 @@ TEST(Tokenizer, InvalidUtf8NeverCrashes) {
                                 "\xf0\x9f\x98", "ok \xc3(", std::string("\0\x01 x", 4)};
   for (const std::string& s : inputs) {
     // SentencePiece keeps the raw bytes (byte fallback), so it round-trips exactly.
-    EXPECT_EQ(spm.decode(spm.encode(s, false)), s);
+    EXPECT_EQ(spm.decode(spm.encode(s, {.add_special = false})), s);
     // Byte-level BPE turns each invalid byte into U+FFFD first, as llama.cpp does.
-    EXPECT_NO_THROW((void)bpe.decode(bpe.encode(s, false)));
+    EXPECT_NO_THROW((void)bpe.decode(bpe.encode(s, {.add_special = false})));
   }
-  EXPECT_EQ(bpe.decode(bpe.encode("a\x80z", false)), "a\xEF\xBF\xBDz");
+  EXPECT_EQ(bpe.decode(bpe.encode("a\x80z", {.add_special = false})), "a\xEF\xBF\xBDz");
   // Random bytes: nothing throws, and the streaming decoder only ever emits valid UTF-8.
   std::mt19937 rng(42);
   for (int round = 0; round < 200; ++round) {
@@ -220,15 +224,17 @@ TEST(Tokenizer, InvalidUtf8PolicyIsExact) {
   for (int b : {0x80, 0xBF, 0xC3, 0xE2, 0xF0, 0xFE, 0xFF}) {
     const std::string text = std::string("a") + static_cast<char>(b) + "z";
     SCOPED_TRACE(b);
-    const auto ids = spm.encode(text, false);
+    const auto ids = spm.encode(text, {.add_special = false});
     EXPECT_NE(std::find(ids.begin(), ids.end(), 3 + b), ids.end());  // <0xXX> is id 3 + XX
     EXPECT_EQ(spm.decode(ids), text);
     EXPECT_EQ(streamed(spm, ids), "a" + fffd + "z");
-    EXPECT_EQ(bpe.encode(text, false), bpe.encode("a" + fffd + "z", false));
+    EXPECT_EQ(bpe.encode(text, {.add_special = false}),
+              bpe.encode("a" + fffd + "z", {.add_special = false}));
   }
   // A truncated 3-byte sequence is two bad bytes: two U+FFFD in BPE, two byte tokens in SPM.
-  EXPECT_EQ(bpe.encode("x\xE2\x96y", false), bpe.encode("x" + fffd + fffd + "y", false));
-  EXPECT_EQ(spm.decode(spm.encode("x\xE2\x96y", false)), "x\xE2\x96y");
+  EXPECT_EQ(bpe.encode("x\xE2\x96y", {.add_special = false}),
+            bpe.encode("x" + fffd + fffd + "y", {.add_special = false}));
+  EXPECT_EQ(spm.decode(spm.encode("x\xE2\x96y", {.add_special = false})), "x\xE2\x96y");
 }
 
 // The same policy through a chat template: message text is copied into the prompt verbatim, so
@@ -240,7 +246,7 @@ TEST(Tokenizer, InvalidUtf8InChatMessages) {
   const std::vector<hllm::ChatMessage> messages = {
       {"system", "caf\xC3"}, {"user", "\xFF bad \xE2\x96"}, {"assistant", "\x80"}};
   const std::string prompt = hllm::render_chat(hllm::ChatFormat::zephyr, messages, true);
-  const auto ids = spm.encode(prompt, true, true);
+  const auto ids = spm.encode(prompt, {.parse_special = true});
   // Each message still ends with its </s> (EOS, id 2), parsed as the special token.
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 3);
   for (int b : {0xC3, 0xFF, 0xE2, 0x96, 0x80})
@@ -252,14 +258,16 @@ TEST(Tokenizer, InvalidUtf8InChatMessages) {
   const std::string chatml = hllm::render_chat(hllm::ChatFormat::chatml, messages, true);
   std::string repaired;
   for (char32_t cp : hllm::unicode::decode_utf8(chatml)) hllm::unicode::append_utf8(repaired, cp);
-  EXPECT_EQ(bpe.encode(chatml, false, true), bpe.encode(repaired, false, true));
-  EXPECT_TRUE(valid_utf8(streamed(bpe, bpe.encode(chatml, false, true))));
+  EXPECT_EQ(bpe.encode(chatml, {.add_special = false, .parse_special = true}),
+            bpe.encode(repaired, {.add_special = false, .parse_special = true}));
+  EXPECT_TRUE(
+      valid_utf8(streamed(bpe, bpe.encode(chatml, {.add_special = false, .parse_special = true}))));
 }
 
 // Feeds ids one at a time and checks that no partial UTF-8 character ever comes out and that
 // the pieces add up to decode().
 void check_streaming(const hllm::Tokenizer& tokenizer, const std::string& text) {
-  const auto ids = tokenizer.encode(text, false);
+  const auto ids = tokenizer.encode(text, {.add_special = false});
   hllm::StreamingDecoder stream(tokenizer);
   std::string joined;
   for (std::int32_t id : ids) {
@@ -288,7 +296,7 @@ TEST(StreamingDecoder, HoldsBackPartialCharacters) {
   }
   // The emoji is four byte-fallback tokens (<0xF0> <0x9F> <0xA6> <0x99>) after "▁": the first
   // three must be held back, the fourth releases the whole character.
-  const auto ids = spm.encode("🦙", false);
+  const auto ids = spm.encode("🦙", {.add_special = false});
   ASSERT_EQ(ids.size(), 5u);
   hllm::StreamingDecoder stream(spm);
   EXPECT_EQ(stream.push(ids[0]), "");  // the SentencePiece leading space is dropped
@@ -363,14 +371,14 @@ TEST(SpmTokenizer, ToyVocabularyMergesByScore) {
   v.unk_id = 0;
   const hllm::Tokenizer t(v);
   // "▁abc": pairs ▁a (absent), ab (-2), bc (-1.5) -> bc first; then a+bc "abc" (-3) -> ▁ abc.
-  EXPECT_EQ(t.encode("abc", false), (std::vector<std::int32_t>{4, 10}));
+  EXPECT_EQ(t.encode("abc", {.add_special = false}), (std::vector<std::int32_t>{4, 10}));
   // "▁ab": ab merges, then ▁+ab = "▁ab".
-  EXPECT_EQ(t.encode("ab", false), (std::vector<std::int32_t>{11}));
+  EXPECT_EQ(t.encode("ab", {.add_special = false}), (std::vector<std::int32_t>{11}));
   // 'A' is not a token: byte fallback <0x41>.
-  EXPECT_EQ(t.encode("A", false), (std::vector<std::int32_t>{4, 3}));
+  EXPECT_EQ(t.encode("A", {.add_special = false}), (std::vector<std::int32_t>{4, 3}));
   EXPECT_EQ(t.decode(std::vector<std::int32_t>{4, 3}), "A");
   // 'Z' has no byte token either: the unknown token.
-  EXPECT_EQ(t.encode("Z", false), (std::vector<std::int32_t>{4, 0}));
+  EXPECT_EQ(t.encode("Z", {.add_special = false}), (std::vector<std::int32_t>{4, 0}));
 }
 
 TEST(Unicode, Categories) {

@@ -160,7 +160,7 @@ inline std::vector<std::int32_t> chat_stop_tokens(ChatFormat format, const Token
   };
   for (std::string_view text : chat_stop_strings(format)) {
     const std::vector<std::int32_t> encoded =
-        tokenizer.encode(text, /*add_special=*/false, /*parse_special=*/true);
+        tokenizer.encode(text, {.add_special = false, .parse_special = true});
     if (encoded.size() == 1 && tokenizer.text(encoded[0]) == text) add(encoded[0]);
   }
   add(tokenizer.eos());
@@ -347,8 +347,8 @@ inline std::vector<ChatSegment> chat_segments_from(std::span<const ChatSegment> 
 // content is always plain text (Tokenizer::encode_with_special_ranges over the concatenated
 // text, with the markup as the ranges). A control token's text must lie inside one markup
 // segment (adjacent markup segments count as one) to count. For content without control-token
-// texts this gives exactly tokenizer.encode(chat_text(segments), add_special, true), SentencePiece
-// spaces and merges across the markup/content border included. add_special is as in
+// texts this gives exactly tokenizer.encode(chat_text(segments), {add_special, true}),
+// SentencePiece spaces and merges across the markup/content border included. add_special is as in
 // Tokenizer::encode; pass !chat_template_writes_bos(format) at the start of a conversation.
 inline std::vector<std::int32_t> encode_chat(const Tokenizer& tokenizer,
                                              std::span<const ChatSegment> segments,

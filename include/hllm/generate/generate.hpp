@@ -18,11 +18,35 @@
 namespace hllm {
 
 struct GenerateOptions {
-  int max_tokens = 128;                   // generated tokens at most; 0 generates nothing
-  std::vector<std::int32_t> stop_tokens;  // e.g. EOS; sampling one ends generation
+  // Generated tokens at most; 0 generates nothing; -1: no limit (until a stop token or the end
+  // of the context, as llama.cpp's -n -1).
+  int max_tokens = 128;
+  // Tokens that end generation (reason stop_token), e.g. a chat template's end-of-turn marker.
+  std::vector<std::int32_t> stop_tokens;
+  // The end-of-text token (-1: none); sampling it ends generation (reason eos). Apart from
+  // stop_tokens so that a caller can tell the model finishing from a marker it chose.
+  std::int32_t eos = -1;
 };
 
-enum class StopReason { max_tokens, stop_token, callback };
+// Why generate() returned.
+enum class StopReason {
+  eos,                   // the model sampled opts.eos
+  stop_token,            // the model sampled one of opts.stop_tokens
+  max_tokens,            // opts.max_tokens tokens were generated
+  context_full,          // the session's context cannot take the next token
+  cancelled,             // on_token returned false
+  callback = cancelled,  // the name before 0.1.0's stop reasons; kept for existing callers
+};
+
+inline const char* to_string(StopReason r) {
+  switch (r) {
+    case StopReason::eos: return "eos";
+    case StopReason::stop_token: return "stop_token";
+    case StopReason::max_tokens: return "max_tokens";
+    case StopReason::context_full: return "context_full";
+    default: return "cancelled";
+  }
+}
 
 struct GenerateResult {
   std::vector<std::int32_t> tokens;  // generated tokens, excluding the prompt and any stop token
@@ -38,6 +62,14 @@ concept GenerationSession = requires(Session& session, std::span<const std::int3
   { session.decode(token) } -> std::convertible_to<std::span<const float>>;
 };
 
+// A session that says how many tokens it holds and how many it can hold (hllm::Session does):
+// generate() then ends with context_full instead of letting decode() throw.
+template <class Session>
+concept BoundedSession = requires(const Session& session) {
+  { session.position() } -> std::convertible_to<std::size_t>;
+  { session.context() } -> std::convertible_to<std::size_t>;
+};
+
 // Called with each generated token; returning false stops generation.
 // std::predicate: invocable, with a result usable as a bool.
 template <class F>
@@ -45,27 +77,32 @@ concept TokenCallback = std::predicate<F&, std::int32_t>;
 
 // Generates up to opts.max_tokens tokens after `prompt`. Each step samples with history =
 // prompt + tokens generated so far, then:
-//   - a stop token ends generation (reason stop_token); it is neither passed to on_token nor
-//     included in the result;
+//   - opts.eos ends generation (reason eos), any of opts.stop_tokens too (reason stop_token);
+//     the token is neither passed to on_token nor included in the result;
 //   - otherwise the token is appended and passed to on_token; false ends generation (reason
-//     callback) with that token included;
+//     cancelled) with that token included;
 //   - reaching max_tokens ends generation (reason max_tokens);
+//   - a BoundedSession whose context has no room for the token ends generation (reason
+//     context_full) with the token included: it was sampled and shown, only never decoded;
 //   - otherwise the token is decoded and the loop continues.
 // The final token is never decoded, so no forward pass is wasted: prefill runs once and decode
 // runs once per generated token except the last. max_tokens == 0 returns at once without even a
-// prefill. Throws invalid_argument for an empty prompt or negative max_tokens; errors from the
-// session, the sampler or on_token propagate.
+// prefill. Throws invalid_argument for an empty prompt or max_tokens < -1; a prompt longer than
+// the context is the session's error (capacity); errors from the session, the sampler or on_token
+// propagate.
 template <GenerationSession Session, TokenCallback OnToken>
 GenerateResult generate(Session& session, std::span<const std::int32_t> prompt, Sampler& sampler,
                         const GenerateOptions& opts, OnToken&& on_token) {
   if (prompt.empty()) throw Error(ErrorKind::invalid_argument, "generate: prompt is empty");
-  if (opts.max_tokens < 0) {
+  if (opts.max_tokens < -1) {
     throw Error(ErrorKind::invalid_argument,
-                "generate: max_tokens must be >= 0, got " + std::to_string(opts.max_tokens));
+                "generate: max_tokens must be >= 0, or -1 for no limit, got " +
+                    std::to_string(opts.max_tokens));
   }
 
   GenerateResult result{{}, StopReason::max_tokens};
   if (opts.max_tokens == 0) return result;
+  const bool unlimited = opts.max_tokens < 0;
   const auto max_tokens = static_cast<std::size_t>(opts.max_tokens);
 
   // The sampler wants one contiguous history, so the prompt is copied once up front.
@@ -74,6 +111,10 @@ GenerateResult generate(Session& session, std::span<const std::int32_t> prompt, 
 
   while (true) {
     const std::int32_t token = sampler.sample(logits, history);
+    if (opts.eos >= 0 && token == opts.eos) {
+      result.reason = StopReason::eos;
+      return result;
+    }
     if (std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(), token) !=
         opts.stop_tokens.end()) {
       result.reason = StopReason::stop_token;
@@ -82,12 +123,18 @@ GenerateResult generate(Session& session, std::span<const std::int32_t> prompt, 
     history.push_back(token);
     result.tokens.push_back(token);
     if (!static_cast<bool>(std::invoke(on_token, token))) {
-      result.reason = StopReason::callback;
+      result.reason = StopReason::cancelled;
       return result;
     }
-    if (result.tokens.size() == max_tokens) {
+    if (!unlimited && result.tokens.size() == max_tokens) {
       result.reason = StopReason::max_tokens;
       return result;
+    }
+    if constexpr (BoundedSession<Session>) {
+      if (session.position() >= session.context()) {
+        result.reason = StopReason::context_full;
+        return result;
+      }
     }
     logits = session.decode(token);
   }

@@ -3,6 +3,7 @@
 // byte-level BPE ("gpt2"), with llama.cpp's handling of special tokens around them.
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,6 +20,15 @@
 #include "hllm/tokenizer/vocabulary.hpp"
 
 namespace hllm {
+
+// How encode() treats special tokens.
+struct EncodeOptions {
+  // Adds BOS/EOS as the vocabulary's add_bos/add_eos say.
+  bool add_special = true;
+  // Turns the texts of control tokens (like "<s>", "<|begin_of_text|>") into their ids; without
+  // it they are tokenized as plain text, which is what text from a user must get.
+  bool parse_special = false;
+};
 
 class Tokenizer {
  public:
@@ -56,25 +66,32 @@ class Tokenizer {
     std::size_t length = 0;
   };
 
-  // Token ids for `text`. add_special adds BOS/EOS as the vocabulary's add_bos/add_eos say.
-  // parse_special turns the texts of control tokens (like "<s>", "<|begin_of_text|>") into their
-  // ids; without it they are tokenized as plain text. User-defined tokens are always split out,
-  // as llama.cpp and Hugging Face do.
-  std::vector<std::int32_t> encode(std::string_view text, bool add_special = true,
-                                   bool parse_special = false) const {
+  // Token ids for `text`, e.g. encode(text, {.add_special = false, .parse_special = true}).
+  // User-defined tokens are always split out, as llama.cpp and Hugging Face do.
+  std::vector<std::int32_t> encode(std::string_view text, EncodeOptions options = {}) const {
     const TextRange whole{0, text.size()};
     std::span<const TextRange> ranges;
-    if (parse_special) ranges = {&whole, 1};
-    return encode_ranges(text, ranges, add_special);
+    if (options.parse_special) ranges = {&whole, 1};
+    return encode_ranges(text, ranges, options.add_special);
+  }
+
+  // The same with positional flags, kept for existing callers; EncodeOptions names them. A
+  // template on an exact bool so that encode(text, {}) means EncodeOptions{}, not add_special =
+  // false (a braced list converts to bool more readily than to a struct).
+  template <std::same_as<bool> Bool>
+  std::vector<std::int32_t> encode(std::string_view text, Bool add_special,
+                                   bool parse_special = false) const {
+    return encode(text, EncodeOptions{.add_special = add_special, .parse_special = parse_special});
   }
 
   // Token ids for `text`, where control and unknown tokens are recognised only where their text
   // lies wholly inside one of `special_ranges` (sorted by offset, not overlapping, within the
   // text); everywhere else their texts are plain text. The text is cut into fragments exactly as
-  // encode(text, add_special, true) cuts it, except at the occurrences left as text, so a text
-  // whose only control-token texts lie inside the ranges gets the same ids as that call. This is
-  // how a chat prompt keeps the template's markers apart from the messages (encode_chat).
-  // Throws hllm::Error(invalid_argument) for ranges that are unsorted, overlap or leave the text.
+  // encode(text, {.add_special = add_special, .parse_special = true}) cuts it, except at the
+  // occurrences left as text, so a text whose only control-token texts lie inside the ranges gets
+  // the same ids as that call. This is how a chat prompt keeps the template's markers apart from
+  // the messages (encode_chat). Throws hllm::Error(invalid_argument) for ranges that are unsorted,
+  // overlap or leave the text.
   std::vector<std::int32_t> encode_with_special_ranges(std::string_view text,
                                                        std::span<const TextRange> special_ranges,
                                                        bool add_special = true) const {
