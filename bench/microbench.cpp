@@ -69,11 +69,12 @@ void BM_Matmul(benchmark::State& state) {
   const auto x = random_floats(n * cols, 2);
   std::vector<float> y(n * rows);
   const auto fn = hllm::kernels::table_for(isa).matmul_for(hllm::WeightTensor::dtype_of<T>());
+  hllm::AlignedBuffer<std::byte> scratch(hllm::kernels::matmul_scratch_bytes(cols, n));
   for (auto _ : state) {
     if (isa == hllm::Isa::scalar)
       hllm::reference::matmul(w.data(), rows, cols, x.data(), n, y.data());
     else
-      fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows);
+      fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows, scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(isa == hllm::Isa::scalar ? "reference" : hllm::to_string(isa));
@@ -108,8 +109,9 @@ void BM_MatmulBf16Dot(benchmark::State& state) {
   const auto w = convert<hllm::bf16>(random_floats(rows * cols, 1));
   const auto x = random_floats(n * cols, 2);
   std::vector<float> y(n * rows);
+  hllm::AlignedBuffer<std::byte> scratch(hllm::kernels::matmul_scratch_bytes(cols, n));
   for (auto _ : state) {
-    fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows);
+    fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows, scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
   set_matmul_counters(state, 0, rows, cols, n);
@@ -141,8 +143,9 @@ void BM_MatmulBf16Panels(benchmark::State& state) {
   hllm::repack_tensor({hllm::DType::bf16, w.data(), rows, cols, "w"}, panels.data());
   const auto x = random_floats(n * cols, 2);
   std::vector<float> y(n * rows);
+  hllm::AlignedBuffer<std::byte> scratch(hllm::kernels::matmul_scratch_bytes(cols, n));
   for (auto _ : state) {
-    fn(panels.data(), rows, cols, x.data(), n, y.data(), 0, rows);
+    fn(panels.data(), rows, cols, x.data(), n, y.data(), 0, rows, scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
   set_matmul_counters(state, panels.size(), rows, cols, n);
@@ -210,8 +213,9 @@ void BM_QuantMatmul(benchmark::State& state) {
     table.quantize_activations(x.data() + t * cols, cols, xq.data() + t * cols / 32);
   std::vector<float> y(n * rows);
   const auto fn = table.quant_matmul_for(kType);
+  hllm::AlignedBuffer<std::byte> scratch(hllm::kernels::matmul_scratch_bytes(cols, n));
   for (auto _ : state) {
-    fn(w.data(), rows, cols, xq.data(), n, y.data(), 0, rows);
+    fn(w.data(), rows, cols, xq.data(), n, y.data(), 0, rows, scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(std::string(hllm::to_string(isa)) +
@@ -253,8 +257,9 @@ void BM_ExactQuantMatmul(benchmark::State& state) {
   const auto x = random_floats(n * cols, 2);
   std::vector<float> y(n * rows);
   const auto fn = hllm::kernels::table_for(isa).dequant_matmul_for(kType);
+  hllm::AlignedBuffer<std::byte> scratch(hllm::kernels::matmul_scratch_bytes(cols, n));
   for (auto _ : state) {
-    fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows);
+    fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows, scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(hllm::to_string(isa));

@@ -4,12 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "hllm/core/thread_pool.hpp"
@@ -74,6 +79,11 @@ void expect_within_dot_bound(const std::vector<W>& w, const std::vector<float>& 
     }
 }
 
+// A kernel call's scratch, as Compute hands each thread its own (kernels/scratch.hpp).
+hllm::AlignedBuffer<std::byte> scratch_for(std::size_t cols, std::size_t n_tokens) {
+  return hllm::AlignedBuffer<std::byte>(hllm::kernels::matmul_scratch_bytes(cols, n_tokens));
+}
+
 template <class W>
 void check_matmul(Isa isa, std::size_t rows, std::size_t cols, std::size_t n_tokens,
                   std::uint32_t seed) {
@@ -86,8 +96,11 @@ void check_matmul(Isa isa, std::size_t rows, std::size_t cols, std::size_t n_tok
   ASSERT_NE(fn, nullptr);
   // Two row ranges, split at an odd row, as threads would: each must write exactly its rows.
   const std::size_t split = rows / 2 | 1;
-  fn(w.data(), rows, cols, x.data(), n_tokens, actual.data(), 0, std::min(split, rows));
-  fn(w.data(), rows, cols, x.data(), n_tokens, actual.data(), std::min(split, rows), rows);
+  auto scratch = scratch_for(cols, n_tokens);
+  fn(w.data(), rows, cols, x.data(), n_tokens, actual.data(), 0, std::min(split, rows),
+     scratch.data());
+  fn(w.data(), rows, cols, x.data(), n_tokens, actual.data(), std::min(split, rows), rows,
+     scratch.data());
   expect_within_dot_bound(w, x, actual, rows, cols, n_tokens, 0, hllm::to_string(isa));
 }
 
@@ -340,12 +353,13 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
     ASSERT_EQ(0, std::memcmp(xq[b].qs, xq_scalar[b].qs, 32));
   }
   if (split == 0) split = rows / 2 | 1;
+  auto scratch = scratch_for(cols, n_tokens);
   table.quant_matmul_for(type)(bytes.data(), rows, cols, xq.data(), n_tokens, fast.data(), 0,
-                               std::min(split, rows));
+                               std::min(split, rows), scratch.data());
   table.quant_matmul_for(type)(bytes.data(), rows, cols, xq.data(), n_tokens, fast.data(),
-                               std::min(split, rows), rows);
-  scalar.quant_matmul_for(type)(bytes.data(), rows, cols, xq.data(), n_tokens, twin.data(), 0,
-                                rows);
+                               std::min(split, rows), rows, scratch.data());
+  scalar.quant_matmul_for(type)(bytes.data(), rows, cols, xq.data(), n_tokens, twin.data(), 0, rows,
+                                scratch.data());
 
   // Q4_K/Q5_K kernels sum s·q·x and min·x apart and subtract at the end, so their float rounding
   // scales with Σ|s·q·x| + Σ|min·x| <= Σ|w·x| + 2·Σ|min·x|: the minimums are the values of the
@@ -524,9 +538,11 @@ void check_interleaved_layout(Isa isa, hllm::DType type, hllm::DType interleaved
           << hllm::dtype_name(interleaved) << " row " << r << " block " << u;
     }
   std::vector<float> from_plain(n * rows), from_packed(n * rows);
-  table.dequant_matmul_for(type)(plain.data(), rows, cols, x.data(), n, from_plain.data(), 0, rows);
+  auto scratch = scratch_for(cols, n);
+  table.dequant_matmul_for(type)(plain.data(), rows, cols, x.data(), n, from_plain.data(), 0, rows,
+                                 scratch.data());
   table.dequant_matmul_for(interleaved)(packed.data(), rows, cols, x.data(), n, from_packed.data(),
-                                        0, rows);
+                                        0, rows, scratch.data());
   EXPECT_EQ(from_plain, from_packed) << hllm::dtype_name(interleaved);
 }
 
@@ -614,8 +630,10 @@ TEST(KernelAvx512Bf16, DotMatchesReferenceWithinActivationRounding) {
     const auto x = hllm::test::random_vector(n * cols, seed + 1);
     std::vector<float> actual(n * rows, NAN);
     const std::size_t split = rows / 2 | 1;
-    fn(w.data(), rows, cols, x.data(), n, actual.data(), 0, std::min(split, rows));
-    fn(w.data(), rows, cols, x.data(), n, actual.data(), std::min(split, rows), rows);
+    auto scratch = scratch_for(cols, n);
+    fn(w.data(), rows, cols, x.data(), n, actual.data(), 0, std::min(split, rows), scratch.data());
+    fn(w.data(), rows, cols, x.data(), n, actual.data(), std::min(split, rows), rows,
+       scratch.data());
     expect_within_dot_bound(w, x, actual, rows, cols, n, std::ldexp(1.0, -8), "avx512_bf16");
   }
 }
@@ -679,8 +697,9 @@ void expect_bf16_product(const Bf16Panels& p, hllm::kernels::MatmulFn fn, std::s
                          std::size_t cols, std::size_t n, std::size_t split,
                          bool activations_rounded, const std::string& what) {
   std::vector<float> actual(n * rows, NAN);
-  fn(p.panels.data(), rows, cols, p.x.data(), n, actual.data(), 0, split);
-  fn(p.panels.data(), rows, cols, p.x.data(), n, actual.data(), split, rows);
+  auto scratch = scratch_for(cols, n);
+  fn(p.panels.data(), rows, cols, p.x.data(), n, actual.data(), 0, split, scratch.data());
+  fn(p.panels.data(), rows, cols, p.x.data(), n, actual.data(), split, rows, scratch.data());
   expect_within_dot_bound(p.rows, p.x, actual, rows, cols, n,
                           activations_rounded ? std::ldexp(1.0, -8) : 0,
                           what + " split " + std::to_string(split));
@@ -712,10 +731,12 @@ TEST(KernelAvx512Bf16, PanelDotIsTheRowMajorDotWithoutPacking) {
     const Bf16Panels p = bf16_panels(rows, cols, n, rows + 3 * cols + n);
     const std::size_t split = rows / 2 / 16 * 16;
     std::vector<float> row_major(n * rows, NAN), panels(n * rows, NAN);
+    auto scratch = scratch_for(cols, n);
     for (auto [begin, end] : {std::pair{std::size_t{0}, split}, {split, std::size_t{rows}}}) {
-      table.matmul_bf16_dot(p.rows.data(), rows, cols, p.x.data(), n, row_major.data(), begin, end);
+      table.matmul_bf16_dot(p.rows.data(), rows, cols, p.x.data(), n, row_major.data(), begin, end,
+                            scratch.data());
       table.matmul_bf16_x16_dot(p.panels.data(), rows, cols, p.x.data(), n, panels.data(), begin,
-                                end);
+                                end, scratch.data());
     }
     if (n >= 8) {
       EXPECT_EQ(row_major, panels) << rows << "x" << cols << ", " << n << " tokens";
@@ -744,9 +765,9 @@ TEST(KernelAvx512, WithAndWithoutVnniAgreeExactly) {
     std::vector<float> plain(n * rows), vnni(n * rows);
     const bool q8 = type == hllm::DType::q8_0;
     (q8 ? hllm::kernels::avx512::matmul_q8_0 : hllm::kernels::avx512::matmul_q4_0)(
-        bytes.data(), rows, cols, xq.data(), n, plain.data(), 0, rows);
+        bytes.data(), rows, cols, xq.data(), n, plain.data(), 0, rows, nullptr);
     (q8 ? hllm::kernels::avx512_vnni::matmul_q8_0 : hllm::kernels::avx512_vnni::matmul_q4_0)(
-        bytes.data(), rows, cols, xq.data(), n, vnni.data(), 0, rows);
+        bytes.data(), rows, cols, xq.data(), n, vnni.data(), 0, rows, nullptr);
     EXPECT_EQ(plain, vnni) << hllm::dtype_name(type);
   }
 }
@@ -770,7 +791,9 @@ TEST_P(KernelIsa, DequantizingMatmulMatchesReference) {
       const auto x = hllm::test::random_vector(n * cols, 6);
       std::vector<float> expected(n * rows), actual(n * rows);
       hllm::reference::matmul(w, x.data(), n, expected.data());
-      table.dequant_matmul_for(type)(bytes.data(), rows, cols, x.data(), n, actual.data(), 0, rows);
+      auto scratch = scratch_for(cols, n);
+      table.dequant_matmul_for(type)(bytes.data(), rows, cols, x.data(), n, actual.data(), 0, rows,
+                                     scratch.data());
       // |x| ~ 1 and |w| ~ 1 here, so Σ|w x| <= cols · max and the Higham bound is at most
       // 2(cols+1)u · cols·4; 1e-4 relative to the largest output covers it for cols <= 768
       // (random signs: the largest output is ~√cols, the bound's Σ|w x| ~ cols).
@@ -780,19 +803,48 @@ TEST_P(KernelIsa, DequantizingMatmulMatchesReference) {
 }
 
 TEST_P(KernelIsa, ComputeSplitsRowsAcrossThreadsExactly) {
-  // The threaded matmul gives bit-identical results for any thread count: each output is
-  // computed by one thread with the same kernel, only the row ranges move.
-  const std::size_t rows = 203, cols = 77, n = 3;
-  const auto w = hllm::test::random_vector(rows * cols, 8);
-  const auto x = hllm::test::random_vector(n * cols, 9);
-  const hllm::WeightTensor tensor{hllm::DType::f32, w.data(), rows, cols, "w"};
-  std::vector<float> one(n * rows), many(n * rows);
-  hllm::ThreadPool single(1), pool(5);
-  hllm::Compute(hllm::kernels::table_for(GetParam()), single)
-      .matmul(tensor, x.data(), n, one.data());
-  hllm::Compute(hllm::kernels::table_for(GetParam()), pool)
-      .matmul(tensor, x.data(), n, many.data());
-  EXPECT_EQ(one, many);
+  // The threaded matmul gives bit-identical results for any thread count: the chunks depend on
+  // the shape only, and each output is computed inside one chunk by the same kernel, whichever
+  // thread claims it. Shapes large enough to be split (decode rows, prefill GEMM panels and a
+  // ragged last chunk), float and BF16 weights (the GEMMs' token panels in per-thread scratch).
+  for (auto [rows, cols, n] : {std::tuple{203u, 256u, 3u}, {600u, 256u, 1u}, {203u, 160u, 40u}}) {
+    const auto w = hllm::test::random_vector(rows * cols, 8);
+    const auto x = hllm::test::random_vector(n * cols, 9);
+    ASSERT_GT(hllm::Compute::chunks_for(rows * cols * n), 1u);
+    const auto w_bf16 = to_type<hllm::bf16>(w);
+    for (const hllm::WeightTensor& tensor :
+         {hllm::WeightTensor{hllm::DType::f32, w.data(), rows, cols, "w"},
+          hllm::WeightTensor{hllm::DType::bf16, w_bf16.data(), rows, cols, "w"}}) {
+      std::vector<float> one(n * rows), many(n * rows);
+      hllm::ThreadPool single(1);
+      hllm::Compute(hllm::kernels::table_for(GetParam()), single)
+          .matmul(tensor, x.data(), n, one.data());
+      for (std::size_t threads : {2u, 5u, 40u}) {
+        hllm::ThreadPool pool(threads);
+        std::fill(many.begin(), many.end(), NAN);
+        hllm::Compute(hllm::kernels::table_for(GetParam()), pool)
+            .matmul(tensor, x.data(), n, many.data());
+        EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
+            << hllm::dtype_name(tensor.type) << " " << rows << "x" << cols << " n " << n
+            << " threads " << threads;
+      }
+    }
+  }
+}
+
+// A matmul wider, or with more tokens, than the scratch was sized for is refused before any
+// thread runs.
+TEST(Compute, RefusesCallsPastItsScratch) {
+  hllm::ThreadPool pool(2);
+  const hllm::Compute compute(hllm::kernels::active(), pool, {}, {.max_cols = 64, .max_tokens = 4});
+  const auto w = hllm::test::random_vector(16 * 128, 1);
+  const auto x = hllm::test::random_vector(8 * 128, 2);
+  std::vector<float> y(8 * 16);
+  const hllm::WeightTensor wide{hllm::DType::f32, w.data(), 16, 128, "w"};
+  const hllm::WeightTensor fits{hllm::DType::f32, w.data(), 32, 64, "w"};
+  EXPECT_THROW(compute.matmul(wide, x.data(), 1, y.data()), hllm::Error);
+  EXPECT_THROW(compute.matmul(fits, x.data(), 5, y.data()), hllm::Error);
+  EXPECT_NO_THROW(compute.matmul(fits, x.data(), 4, y.data()));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryIsa, KernelIsa,
@@ -814,14 +866,88 @@ TEST(ThreadPool, ParallelForCoversTheRangeInGrains) {
   for (std::size_t threads : {1u, 2u, 3u, 7u}) {
     hllm::ThreadPool pool(threads);
     for (std::size_t n : {0u, 1u, 5u, 16u, 100u, 1001u}) {
-      std::vector<std::atomic<int>> covered(n);
-      pool.parallel_for(n, 16, [&](std::size_t begin, std::size_t end) {
-        EXPECT_EQ(begin % 16, 0u);
-        for (std::size_t i = begin; i < end; ++i) covered[i].fetch_add(1);
-      });
-      for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(covered[i].load(), 1) << n << " " << i;
+      for (std::size_t max_chunks : {1u, 4u, 32u, 1000u}) {
+        std::vector<std::atomic<int>> covered(n);
+        pool.parallel_for(n, 16, max_chunks,
+                          [&](std::size_t begin, std::size_t end, std::size_t thread) {
+                            EXPECT_EQ(begin % 16, 0u);
+                            EXPECT_LT(begin, end);
+                            EXPECT_LT(thread, threads);
+                            for (std::size_t i = begin; i < end; ++i) covered[i].fetch_add(1);
+                          });
+        for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(covered[i].load(), 1) << n << " " << i;
+      }
     }
   }
+}
+
+// The chunks of a range depend on the range, the grain and the chunk count only: the same
+// boundaries whatever the pool, all whole grains but the last, none empty.
+TEST(ThreadPool, ChunkingIgnoresTheThreadCount) {
+  for (std::size_t n : {1u, 31u, 32u, 2560u, 5632u, 32000u})
+    for (std::size_t max_chunks : {1u, 7u, 32u}) {
+      const hllm::ThreadPool::Chunking c(n, 32, max_chunks);
+      EXPECT_EQ(c.chunks, std::min<std::size_t>(max_chunks, (n + 31) / 32));
+      EXPECT_EQ(c.begin(0), 0u);
+      EXPECT_EQ(c.begin(c.chunks), n);
+      for (std::size_t i = 0; i < c.chunks; ++i) {
+        EXPECT_EQ(c.begin(i) % 32, 0u);
+        EXPECT_LT(c.begin(i), c.begin(i + 1));
+      }
+      std::vector<std::pair<std::size_t, std::size_t>> seen[2];
+      for (std::size_t threads : {1u, 3u}) {
+        hllm::ThreadPool pool(threads);
+        std::mutex m;
+        pool.parallel_for(n, 32, max_chunks, [&](std::size_t begin, std::size_t end) {
+          const std::lock_guard lock(m);
+          seen[threads == 3].emplace_back(begin, end);
+        });
+        std::sort(seen[threads == 3].begin(), seen[threads == 3].end());
+      }
+      EXPECT_EQ(seen[0], seen[1]);
+    }
+}
+
+// Every chunk runs exactly once, job after job, with more threads than chunks and with more
+// chunks than threads; each call learns the index of the thread that runs it.
+TEST(ThreadPool, ClaimsEveryChunkExactlyOnce) {
+  for (std::size_t threads : {1u, 2u, 4u, 9u}) {
+    hllm::ThreadPool pool(threads);
+    for (std::size_t n_chunks : {0u, 1u, 3u, 32u, 500u}) {
+      std::vector<std::atomic<int>> hits(n_chunks);
+      for (int round = 0; round < 50; ++round)
+        pool.for_chunks(n_chunks, [&](std::size_t chunk, std::size_t thread) {
+          EXPECT_LT(thread, threads);
+          hits[chunk].fetch_add(1);
+        });
+      for (std::size_t i = 0; i < n_chunks; ++i) EXPECT_EQ(hits[i].load(), 50) << i;
+    }
+  }
+  hllm::ThreadPool pool(2);
+  EXPECT_THROW(pool.for_chunks(hllm::ThreadPool::kMaxChunks + 1, [](std::size_t, std::size_t) {}),
+               hllm::Error);
+}
+
+// A thread that stalls inside a chunk (as one preempted by another process would) holds back
+// only that chunk: the others take every remaining chunk, and the job ends when the stalled
+// chunk does.
+TEST(ThreadPool, AStalledThreadLeavesTheOtherChunksToTheRest) {
+  hllm::ThreadPool pool(3);
+  constexpr std::size_t kChunks = 64;
+  std::vector<std::atomic<int>> hits(kChunks);
+  std::vector<std::atomic<std::size_t>> runner(kChunks);
+  pool.for_chunks(kChunks, [&](std::size_t chunk, std::size_t thread) {
+    hits[chunk].fetch_add(1);
+    runner[chunk].store(thread);
+    // 100 ms is far longer than the other 63 chunks take, and than the workers take to wake.
+    if (chunk == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  });
+  std::size_t by_stalled = 0;
+  for (std::size_t i = 0; i < kChunks; ++i) {
+    EXPECT_EQ(hits[i].load(), 1);
+    by_stalled += runner[i].load() == runner[0].load();
+  }
+  EXPECT_EQ(by_stalled, 1u);
 }
 
 TEST(ThreadPool, RejectsZeroAndAbsurdThreadCounts) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "hllm/io/quantize.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/presets.hpp"
+#include "hllm/model/repack.hpp"
 #include "hllm/model/session.hpp"
 #include "test_util.hpp"
 
@@ -574,6 +576,73 @@ TEST(Determinism, ThreadCountAndRepetitionDoNotChangeResults) {
     const auto tokens = hllm::generate(session, prompt, sampler, {.max_tokens = 16}).tokens;
     if (run == 0) first = tokens;
     EXPECT_EQ(tokens, first);
+  }
+}
+
+// The projections (and the output matrix) of random f32 weights converted to `type`, the
+// embedding and norms kept f32; `bytes` owns the converted matrices.
+hllm::ModelWeights typed_weights(const hllm::ModelConfig& c, hllm::DType type, std::uint64_t seed,
+                                 std::vector<std::vector<std::byte>>& bytes) {
+  hllm::ModelWeights w = hllm::random_weights(c, hllm::DType::f32, seed);
+  const auto convert = [&](hllm::WeightTensor& t) {
+    const float* values = t.as<float>();
+    bytes.push_back(hllm::quant::quantize(type, {values, t.rows * t.cols}));
+    t = {type, bytes.back().data(), t.rows, t.cols, t.name};
+  };
+  for (hllm::LayerWeights& l : w.layers)
+    for (hllm::WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
+      convert(*t);
+  convert(w.output);
+  return w;
+}
+
+// Prefill in chunks (every logit) and a few decode steps: what Determinism compares.
+std::vector<float> prefill_and_decode(const hllm::Llama<>& model, hllm::SessionOptions options) {
+  hllm::Session<> session(model, options);
+  const auto prompt = some_tokens(40, 512);
+  const auto logits = session.prefill(prompt, hllm::Logits::all);
+  std::vector<float> out(logits.begin(), logits.end());
+  for (std::int32_t token : {5, 77, 300}) {
+    const auto next = session.decode(token);
+    out.insert(out.end(), next.begin(), next.end());
+  }
+  return out;
+}
+
+// The chunks of every parallel job depend on the shapes only and the threads claim them in any
+// order, so the logits are the same bits for any thread count: every weight type the loaders
+// produce, in the file's layout and repacked (interleaved quantized panels, BF16 panels),
+// prefill (16-token chunks: the GEMMs) and decode, fast and exact sessions, every ISA. 16
+// threads on this machine's few cores are preempted mid-job all the time (a slow thread's
+// chunks go to the others), and outnumber the chunks of the smaller jobs.
+TEST(Determinism, EveryWeightTypeGivesTheSameBitsForAnyThreadCount) {
+  const hllm::ModelConfig c = threaded_config();
+  for (hllm::DType type : {hllm::DType::f32, hllm::DType::f16, hllm::DType::bf16, hllm::DType::q8_0,
+                           hllm::DType::q4_0}) {
+    for (bool repacked : {false, true}) {
+      std::vector<std::vector<std::byte>> bytes;
+      hllm::ModelWeights weights = typed_weights(c, type, 23, bytes);
+      if (repacked)
+        hllm::repack_weights(weights, {.interleave = true, .move_all = false, .bf16_panels = true},
+                             false);
+      const hllm::Llama<> model(c, std::move(weights));
+      for (hllm::Isa isa : hllm::test::supported_isas())
+        for (bool exact : {false, true}) {
+          SCOPED_TRACE(hllm::dtype_name(model.weights().layers[0].wq.type) + " " +
+                       hllm::to_string(isa) + (exact ? " exact" : ""));
+          const hllm::SessionOptions base{
+              .max_batch = 16, .threads = 1, .isa = isa, .exact = exact};
+          const std::vector<float> reference = prefill_and_decode(model, base);
+          for (std::size_t threads : {2u, 3u, 4u, 16u}) {
+            hllm::SessionOptions options = base;
+            options.threads = threads;
+            const std::vector<float> logits = prefill_and_decode(model, options);
+            ASSERT_EQ(logits.size(), reference.size());
+            EXPECT_EQ(0, std::memcmp(logits.data(), reference.data(), logits.size() * 4))
+                << threads << " threads";
+          }
+        }
+    }
   }
 }
 

@@ -2,7 +2,9 @@
 // A persistent pool of worker threads for the hot loop: threads are created once, a job is
 // published by bumping a generation counter, workers spin briefly (a job usually follows within
 // microseconds during a forward pass) and then sleep on the counter, and the caller takes part
-// in every job as thread 0. Publishing a job allocates nothing and takes no lock.
+// in every job as thread 0. A job is a fixed set of chunks that the threads claim one at a time
+// from an atomic counter, so a thread slowed by another process on its core holds back no more
+// than the chunk it is running. Publishing a job allocates nothing and takes no lock.
 
 #include <algorithm>
 #include <atomic>
@@ -46,6 +48,9 @@ inline constexpr std::size_t kMaxThreads = 512;
 
 class ThreadPool {
  public:
+  // The most chunks one job may have (the claim word holds chunk indices in 16 bits).
+  static constexpr std::size_t kMaxChunks = 0xffff;
+
   explicit ThreadPool(std::size_t n_threads = default_thread_count()) : n_threads_(n_threads) {
     if (n_threads == 0 || n_threads > kMaxThreads)
       throw Error(ErrorKind::invalid_argument, "thread count must be in [1, " +
@@ -65,57 +70,126 @@ class ThreadPool {
 
   std::size_t size() const noexcept { return n_threads_; }
 
-  // Calls fn(thread_index, n_threads) once on every thread of the pool (the caller is thread 0)
-  // and returns when all calls have returned. fn must not throw (kernels do not); jobs must not
-  // be published from two threads at once (a pool belongs to one session).
+  // Calls fn(chunk, thread) once for every chunk in [0, n_chunks) and returns when all calls
+  // have returned. The threads (the caller is thread 0 and takes part) claim chunks from a
+  // shared counter until none remain, so a thread that runs slowly, e.g. on a core another
+  // process shares, simply claims fewer; `thread` is the index in [0, size()) of the thread
+  // running the call (for per-thread scratch). Which thread runs a chunk varies from call to
+  // call, so fn's result must depend on the chunk only. fn must not throw (kernels do not); jobs
+  // must not be published from two threads at once (a pool belongs to one session).
   template <class F>
-  void run(F&& fn) {
-    if (n_threads_ == 1) {
-      fn(std::size_t{0}, std::size_t{1});
+  void for_chunks(std::size_t n_chunks, F&& fn) {
+    if (n_chunks > kMaxChunks)
+      throw Error(ErrorKind::invalid_argument, std::to_string(n_chunks) + " chunks in one job");
+    if (n_threads_ == 1 || n_chunks <= 1) {
+      for (std::size_t i = 0; i < n_chunks; ++i) fn(i, std::size_t{0});
       return;
     }
     using Fn = std::remove_reference_t<F>;
     job_context_ = const_cast<void*>(static_cast<const void*>(&fn));
-    job_ = [](void* context, std::size_t index, std::size_t count) {
-      (*static_cast<Fn*>(context))(index, count);
+    job_ = [](void* context, std::size_t chunk, std::size_t thread) {
+      (*static_cast<Fn*>(context))(chunk, thread);
     };
-    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    done_.store(0, std::memory_order_relaxed);
+    const std::uint64_t job = generation_.load(std::memory_order_relaxed) + 1;
+    // Publishes job_, job_context_ and done_ to every thread whose claim reads this word.
+    claim_.store(claim_word(job, n_chunks, 0), std::memory_order_release);
+    generation_.store(job, std::memory_order_release);
     generation_.notify_all();
-    fn(std::size_t{0}, n_threads_);
-    // Wait for the workers: spin first, they finish within microseconds of us.
-    for (std::size_t spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-      if (spin < kSpinIterations) {
+    run_chunks(job, 0);
+    // Wait for the chunks other threads hold (not for the threads: one that woke late, or not
+    // yet, finds nothing to claim and never touches this job). Spin first, since they usually
+    // finish within microseconds of us, then sleep: a thread waiting on a futex frees its core,
+    // so the scheduler can move a preempted chunk-holder there, and the last chunk's thread
+    // wakes us. (No sched_yield: beside a busy process it hands the core away for a whole time
+    // slice.)
+    for (std::size_t spin = 0;; ++spin) {
+      const std::size_t finished = done_.load(std::memory_order_acquire);
+      if (finished == n_chunks) break;
+      if (spin < kWaitSpins)
         HLLM_CPU_RELAX();
-      } else {
-        const std::size_t left = pending_.load(std::memory_order_acquire);
-        if (left != 0) pending_.wait(left, std::memory_order_acquire);
-      }
+      else
+        done_.wait(finished, std::memory_order_acquire);
     }
   }
 
-  // Splits [0, n) into contiguous chunks, one per thread, each a multiple of `grain` except the
-  // last; calls fn(begin, end) for each non-empty chunk.
+  // Calls fn(index, n_threads) for index = 0 .. n_threads - 1, each once, spread over the pool's
+  // threads, and returns when all calls have returned.
+  template <class F>
+  void run(F&& fn) {
+    for_chunks(n_threads_, [&](std::size_t chunk, std::size_t) { fn(chunk, n_threads_); });
+  }
+
+  // The chunks [0, n) is cut into for parallel_for: as many as `chunks` (at least 1), each a
+  // whole number of `grain`s except perhaps the last, and no chunk empty. They depend on n, grain
+  // and chunks only, never on the thread count.   chunk i: [chunk_begin(i), chunk_begin(i + 1))
+  struct Chunking {
+    std::size_t n, grain, blocks, chunks;
+    Chunking(std::size_t n_, std::size_t grain_, std::size_t max_chunks)
+        : n(n_),
+          grain(grain_ == 0 ? 1 : grain_),
+          blocks((n_ + grain - 1) / grain),
+          chunks(std::clamp<std::size_t>(max_chunks, 1, std::max<std::size_t>(blocks, 1))) {}
+    std::size_t begin(std::size_t i) const noexcept {
+      return std::min(n, blocks * i / chunks * grain);
+    }
+  };
+
+  // Splits [0, n) into the chunks of Chunking(n, grain, max_chunks) and calls fn(begin, end,
+  // thread) (or fn(begin, end)) for each, dynamically spread over the threads (for_chunks).
+  template <class F>
+  void parallel_for(std::size_t n, std::size_t grain, std::size_t max_chunks, F&& fn) {
+    if (n == 0) return;
+    const Chunking c(n, grain, max_chunks);
+    for_chunks(c.chunks, [&](std::size_t i, std::size_t thread) {
+      const std::size_t begin = c.begin(i), end = c.begin(i + 1);
+      if constexpr (std::is_invocable_v<F&, std::size_t, std::size_t, std::size_t>)
+        fn(begin, end, thread);
+      else
+        fn(begin, end);
+    });
+  }
+  // The same with as many chunks as threads (each thread's share of a memory stream, say).
   template <class F>
   void parallel_for(std::size_t n, std::size_t grain, F&& fn) {
-    run([&](std::size_t index, std::size_t count) {
-      const std::size_t blocks = (n + grain - 1) / grain;
-      const std::size_t begin = std::min(n, blocks * index / count * grain);
-      const std::size_t end = std::min(n, blocks * (index + 1) / count * grain);
-      if (begin < end) fn(begin, end);
-    });
+    parallel_for(n, grain, n_threads_, fn);
   }
 
  private:
-  // ~2^14 pause instructions is tens of microseconds: long enough to bridge the gap between
-  // two ops of one forward pass, short enough not to burn a core between tokens.
-  static constexpr std::size_t kSpinIterations = std::size_t{1} << 14;
+  // A pause is ~40-140 cycles: 2^10 of them bridge the few microseconds by which threads finish
+  // a job apart, 2^12 the gap between two ops of one forward pass; longer spins would keep a
+  // core from a process that shares it (and from our own preempted threads) for no gain.
+  static constexpr std::size_t kWaitSpins = std::size_t{1} << 10;
+  static constexpr std::size_t kIdleSpins = std::size_t{1} << 12;
+
+  // The claim word: the job's generation (low 32 bits), its chunk count and the next unclaimed
+  // chunk, so one compare-exchange both checks that a job is still current and claims from it.
+  static constexpr std::uint64_t claim_word(std::uint64_t job, std::size_t n_chunks,
+                                            std::size_t next) noexcept {
+    return (job << 32) | (std::uint64_t{n_chunks} << 16) | std::uint64_t{next};
+  }
+
+  // Claims and runs chunks of job `job` until none remain (or a later job replaced it).
+  void run_chunks(std::uint64_t job, std::size_t thread) {
+    std::uint64_t word = claim_.load(std::memory_order_acquire);
+    for (;;) {
+      const std::size_t n_chunks = (word >> 16) & 0xffff, next = word & 0xffff;
+      if ((word >> 32) != (job & 0xffffffff) || next >= n_chunks) return;
+      if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acquire,
+                                        std::memory_order_acquire))
+        continue;
+      // The chunk is ours: until it is done the caller keeps the job (and fn) alive.
+      job_(job_context_, next, thread);
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_chunks) done_.notify_one();
+      word = claim_.load(std::memory_order_acquire);
+    }
+  }
 
   void work(std::size_t index) {
     std::uint64_t seen = 0;
     for (;;) {
       std::uint64_t current = generation_.load(std::memory_order_acquire);
-      for (std::size_t spin = 0; current == seen && spin < kSpinIterations; ++spin) {
+      for (std::size_t spin = 0; current == seen && spin < kIdleSpins; ++spin) {
         HLLM_CPU_RELAX();
         current = generation_.load(std::memory_order_acquire);
       }
@@ -125,15 +199,15 @@ class ThreadPool {
       }
       seen = current;
       if (stop_.load(std::memory_order_relaxed)) return;
-      job_(job_context_, index, n_threads_);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+      run_chunks(current, index);
     }
   }
 
   std::size_t n_threads_;
   std::vector<std::thread> workers_;
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<std::size_t> pending_{0};
+  std::atomic<std::uint64_t> generation_{0};  // the latest job's number
+  std::atomic<std::uint64_t> claim_{0};       // claim_word of the latest job
+  std::atomic<std::size_t> done_{0};          // chunks of the latest job finished
   std::atomic<bool> stop_{false};
   void (*job_)(void*, std::size_t, std::size_t) = nullptr;
   void* job_context_ = nullptr;

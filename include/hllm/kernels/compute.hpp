@@ -1,31 +1,65 @@
 #pragma once
-// Compute: what a forward pass runs on, a kernel table (one ISA) and a thread pool. It turns a
-// whole-tensor operation into per-thread calls of the table's kernels: matmuls split their
-// output rows across threads (decode and prefill alike; each thread streams its own rows of the
-// weights once), element-wise work splits its elements.
+// Compute: what a forward pass runs on, a kernel table (one ISA), a thread pool and the kernels'
+// per-thread scratch. It turns a whole-tensor operation into calls of the table's kernels on
+// chunks of the output: matmuls cut their output rows into chunks (decode and prefill alike;
+// each chunk streams its own rows of the weights once), attention its (token, KV head) pairs,
+// and the pool's threads claim the chunks one by one.
+//
+// The chunks depend on the problem only (rows, grain, work), never on the thread count or on
+// which thread claims what, and each output element is computed inside one chunk in a fixed
+// order: results are bit for bit the same for any thread count, and a thread slowed down by
+// another process on its core just claims fewer chunks.
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
+#include <string>
 
+#include "hllm/core/aligned_buffer.hpp"
 #include "hllm/core/quant_blocks.hpp"
 #include "hllm/core/thread_pool.hpp"
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/kernels/dispatch.hpp"
 #include "hllm/kernels/reference.hpp"
+#include "hllm/kernels/scratch.hpp"
 
 namespace hllm {
 
+// The largest matmul call a Compute's kernel scratch must serve: input features and tokens.
+struct ComputeLimits {
+  std::size_t max_cols = 8192, max_tokens = 64;
+};
+
 class Compute {
  public:
-  // ~2^17 multiply-adds take ~10-30 µs on one core: below that, one thread beats two.
+  // ~2^17 multiply-adds take ~10-30 µs on one core: below that, one thread beats two, and the
+  // job is one chunk on the calling thread.
   static constexpr std::size_t kMinParallelWork = std::size_t{1} << 17;
+  // A parallel job is cut into at most kMaxChunks chunks of at least kMinChunkWork multiply-adds
+  // (~2-8 µs): enough chunks that a thread running at half speed leaves the others at most one
+  // chunk to wait for, few enough that claiming one (an atomic compare-exchange) costs nothing.
+  static constexpr std::size_t kMaxChunks = 32;
+  static constexpr std::size_t kMinChunkWork = std::size_t{1} << 15;
+  // Matmul chunks start at multiples of 32 rows: whole two-panel tiles of the FP32 and BF16
+  // GEMMs, whole 16-row panels and 8-row groups of the repacked types.
+  static constexpr std::size_t kRowGrain = 32;
+
+  using Limits = ComputeLimits;
 
   // activation_scratch: room for the 8-bit activations of quantized-weight matmuls,
   // [n_tokens][cols/32] blocks for the largest call. Empty: quantized weights take the exact
   // reference path (float32 activations, dequantized rows), as SessionOptions::exact asks.
+  // limits: the widest matmul input and the most tokens of any call; the kernels' scratch,
+  // matmul_scratch_bytes(limits) per thread, is allocated here, and a larger call throws
+  // Error(internal).
   Compute(const kernels::KernelTable& table, ThreadPool& pool,
-          std::span<BlockQ8Act> activation_scratch = {})
-      : table_(&table), pool_(&pool), activations_(activation_scratch) {}
+          std::span<BlockQ8Act> activation_scratch = {}, Limits limits = {})
+      : table_(&table),
+        pool_(&pool),
+        activations_(activation_scratch),
+        limits_(limits),
+        scratch_stride_(kernels::matmul_scratch_bytes(limits.max_cols, limits.max_tokens)),
+        scratch_(pool.size() * scratch_stride_) {}
 
   const kernels::KernelTable& kernels() const noexcept { return *table_; }
   ThreadPool& pool() const noexcept { return *pool_; }
@@ -51,15 +85,19 @@ class Compute {
   void matmul_fused(std::span<const Product> products, const float* x, std::size_t n_tokens) const {
     const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
     std::size_t total_rows = 0, work = 0;
-    for (const Product& p : products) total_rows += p.w->rows, work += p.w->rows * p.w->cols;
-    split(total_rows, 16, work * n_tokens, [&](std::size_t begin, std::size_t end) {
-      std::size_t first = 0;  // the products' rows, stacked one after another
-      for (const Product& p : products) {
-        const std::size_t lo = std::max(begin, first), hi = std::min(end, first + p.w->rows);
-        if (lo < hi) rows_of(*p.w, x, xq, n_tokens, p.y, lo - first, hi - first);
-        first += p.w->rows;
-      }
-    });
+    for (const Product& p : products) {
+      check_scratch(*p.w, n_tokens);
+      total_rows += p.w->rows, work += p.w->rows * p.w->cols;
+    }
+    split(total_rows, kRowGrain, work * n_tokens,
+          [&](std::size_t begin, std::size_t end, std::size_t thread) {
+            std::size_t first = 0;  // the products' rows, stacked one after another
+            for (const Product& p : products) {
+              const std::size_t lo = std::max(begin, first), hi = std::min(end, first + p.w->rows);
+              if (lo < hi) rows_of(*p.w, x, xq, n_tokens, p.y, lo - first, hi - first, thread);
+              first += p.w->rows;
+            }
+          });
   }
 
   // out = silu(gate · x) ⊙ (up · x), the first half of a SwiGLU, in one pass: x is quantized
@@ -70,15 +108,17 @@ class Compute {
     if (up.rows != gate.rows || up.cols != gate.cols)
       throw Error(ErrorKind::internal, "gate and up projections differ in shape", {}, up.name);
     const Product products[] = {{&gate, gate_y}, {&up, up_y}};
+    check_scratch(gate, n_tokens);
     const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
     const std::size_t rows = gate.rows;
-    split(rows, 16, 2 * rows * gate.cols * n_tokens, [&](std::size_t begin, std::size_t end) {
-      rows_of(gate, x, xq, n_tokens, gate_y, begin, end);
-      rows_of(up, x, xq, n_tokens, up_y, begin, end);
-      for (std::size_t t = 0; t < n_tokens; ++t)
-        table_->silu_mul(gate_y + t * rows + begin, up_y + t * rows + begin, end - begin,
-                         out + t * rows + begin);
-    });
+    split(rows, kRowGrain, 2 * rows * gate.cols * n_tokens,
+          [&](std::size_t begin, std::size_t end, std::size_t thread) {
+            rows_of(gate, x, xq, n_tokens, gate_y, begin, end, thread);
+            rows_of(up, x, xq, n_tokens, up_y, begin, end, thread);
+            for (std::size_t t = 0; t < n_tokens; ++t)
+              table_->silu_mul(gate_y + t * rows + begin, up_y + t * rows + begin, end - begin,
+                               out + t * rows + begin);
+          });
   }
 
   // The same with float32 activations for every weight type (quantized weights are dequantized
@@ -86,23 +126,35 @@ class Compute {
   void matmul_exact(const WeightTensor& w, const float* x, std::size_t n_tokens, float* y) const {
     const kernels::MatmulFn fn = exact_kernel(w.type);
     if (fn == nullptr) return reference::matmul(w, x, n_tokens, y);
-    // 16-row grains: whole register tiles and packed panels.
-    split(w.rows, 16, w.rows * w.cols * n_tokens, [&](std::size_t begin, std::size_t end) {
-      fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end);
-    });
+    check_scratch(w, n_tokens);
+    split(w.rows, kRowGrain, w.rows * w.cols * n_tokens,
+          [&](std::size_t begin, std::size_t end, std::size_t thread) {
+            fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end, scratch_of(thread));
+          });
   }
 
-  // Splits [0, n) across the pool's threads, or runs it on the caller alone when the whole job
-  // is `work` < kMinParallelWork multiply-adds: waking a thread and meeting at the barrier costs
-  // microseconds, more than a small model's matmul.
+  // The number of chunks split() cuts a job of `work` multiply-adds into (before the cap at
+  // one chunk per grain): one below kMinParallelWork, where waking a thread and meeting at the
+  // barrier would cost more than the work, else work / kMinChunkWork up to kMaxChunks.
+  static std::size_t chunks_for(std::size_t work) noexcept {
+    if (work < kMinParallelWork) return 1;
+    return std::min(kMaxChunks, work / kMinChunkWork);
+  }
+
+  // Cuts [0, n) into the chunks of ThreadPool::Chunking(n, grain, chunks_for(work)) and calls
+  // fn(begin, end, thread) for each, claimed dynamically by the pool's threads (one chunk: on
+  // the caller alone). thread indexes per-thread scratch (scratch_of).
   template <class F>
   void split(std::size_t n, std::size_t grain, std::size_t work, F&& fn) const {
-    if (work < kMinParallelWork || pool_->size() == 1) {
-      if (n > 0) fn(std::size_t{0}, n);
-      return;
-    }
-    pool_->parallel_for(n, grain, fn);
+    pool_->parallel_for(n, grain, chunks_for(work), fn);
   }
+
+  // The kernels' scratch of pool thread `thread`: matmul_scratch_bytes(limits) bytes, 64-byte
+  // aligned.
+  void* scratch_of(std::size_t thread) const noexcept {
+    return scratch_.data() + thread * scratch_stride_;
+  }
+  const Limits& limits() const noexcept { return limits_; }
 
  private:
   bool uses_int8(const WeightTensor& w) const noexcept {
@@ -132,20 +184,33 @@ class Compute {
                     p.w->name);
     BlockQ8Act* xq = activations_.data();
     const kernels::QuantizeFn quantize = table_->quantize_activations;
-    split(n_tokens, 1, n_tokens * cols, [&](std::size_t begin, std::size_t end) {
+    split(n_tokens, 1, n_tokens * cols, [&](std::size_t begin, std::size_t end, std::size_t) {
       for (std::size_t t = begin; t < end; ++t) quantize(x + t * cols, cols, xq + t * blocks);
     });
     return xq;
   }
 
-  // Rows [begin, end) of y = w · x on the calling thread, with the kernel matmul() chose.
+  // Checked before a job starts (kernels must not throw): the call fits the scratch.
+  void check_scratch(const WeightTensor& w, std::size_t n_tokens) const {
+    if (w.cols > limits_.max_cols || n_tokens > limits_.max_tokens)
+      throw Error(ErrorKind::internal,
+                  "matmul of " + std::to_string(w.cols) + " columns and " +
+                      std::to_string(n_tokens) + " tokens exceeds the kernel scratch (" +
+                      std::to_string(limits_.max_cols) + " columns, " +
+                      std::to_string(limits_.max_tokens) + " tokens)",
+                  {}, w.name);
+  }
+
+  // Rows [begin, end) of y = w · x on pool thread `thread`, with the kernel matmul() chose.
   void rows_of(const WeightTensor& w, const float* x, const BlockQ8Act* xq, std::size_t n_tokens,
-               float* y, std::size_t begin, std::size_t end) const {
+               float* y, std::size_t begin, std::size_t end, std::size_t thread) const {
+    void* const scratch = scratch_of(thread);
     if (uses_int8(w))
-      return table_->quant_matmul_for(w.type)(w.data, w.rows, w.cols, xq, n_tokens, y, begin, end);
+      return table_->quant_matmul_for(w.type)(w.data, w.rows, w.cols, xq, n_tokens, y, begin, end,
+                                              scratch);
     kernels::MatmulFn fn = exact_kernel(w.type);
     if (const kernels::MatmulFn dot = bf16_dot_kernel(w.type); dot != nullptr) fn = dot;
-    fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end);  // checked by prepare_activations
+    fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end, scratch);  // checked beforehand
   }
 
   // The bf16-activation kernel for BF16 weights (either layout) where this table has one and the
@@ -165,6 +230,9 @@ class Compute {
   const kernels::KernelTable* table_;
   ThreadPool* pool_;
   std::span<BlockQ8Act> activations_;
+  Limits limits_;
+  std::size_t scratch_stride_;                // bytes per thread, a multiple of 64
+  mutable AlignedBuffer<std::byte> scratch_;  // [pool threads][scratch_stride_]
 };
 
 }  // namespace hllm

@@ -22,6 +22,7 @@
 #include "hllm/core/kv_element.hpp"
 #include "hllm/core/quant_blocks.hpp"
 #include "hllm/kernels/reference.hpp"
+#include "hllm/kernels/scratch.hpp"
 #include "hllm/simd/cpu_features.hpp"
 #include "hllm/simd/isa.hpp"
 #include "hllm/simd/target.hpp"
@@ -42,14 +43,15 @@
 namespace hllm::kernels {
 
 // y[t][r] for rows [row_begin, row_end) of w: [rows][cols], x: [n_tokens][cols], y:
-// [n_tokens][rows]
+// [n_tokens][rows]. scratch: matmul_scratch_bytes(cols, n_tokens) bytes, 64-byte aligned, that
+// no other thread uses during the call (kernels/scratch.hpp); its contents are not kept.
 using MatmulFn = void (*)(const void* w, std::size_t rows, std::size_t cols, const float* x,
                           std::size_t n_tokens, float* y, std::size_t row_begin,
-                          std::size_t row_end);
+                          std::size_t row_end, void* scratch);
 // The same for quantized weights against activations quantized to x: [n_tokens][cols/32] blocks.
 using QuantMatmulFn = void (*)(const void* w, std::size_t rows, std::size_t cols,
                                const BlockQ8Act* x, std::size_t n_tokens, float* y,
-                               std::size_t row_begin, std::size_t row_end);
+                               std::size_t row_begin, std::size_t row_end, void* scratch);
 // x: [n] (n a multiple of 32) → out: [n/32] blocks
 using QuantizeFn = void (*)(const float* x, std::size_t n, BlockQ8Act* out);
 // x, weight, out: [n]

@@ -14,10 +14,8 @@
 // fixtures' bf16 rms error is no larger than llama.cpp's, which rounds the same way), so the
 // table lists it apart from matmul_bf16 and SessionOptions::exact never takes it.
 
-inline constexpr std::size_t kBf16PanelPairs = 128;  // 256 columns per panel, 8 KiB
-// A chunk's token panel is 256 KiB (L2); 512 tokens rather than 256 pack each weight panel half
-// as often (docs/performance.md).
-inline constexpr std::size_t kBf16TokenChunk = 512, kBf16PackedMinTokens = 8;
+// The panel and token-chunk sizes (kBf16PanelPairs, kBf16TokenChunk) are in kernels/scratch.hpp,
+// which sizes the token panel's scratch: a chunk's token panel is 256 KiB (L2).
 
 // Column pairs [0, pairs) of 16 rows of bf16 `src` (rows `stride` elements apart, `cols`
 // columns valid from src on) → out[pairs][16] dwords; rows >= valid_rows and columns >= cols
@@ -97,16 +95,14 @@ inline void bf16_panel_tile(const std::uint32_t* const* panels, const std::uint3
 // Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] from the panels
 // panel_of(r, c0, width, pairs, scratch) gives: columns [c0, c0 + width) of rows r..r+15 as
 // `pairs` column pairs of 16 dwords, packed into `scratch` (kBf16PanelPairs·16 dwords, 64-byte
-// aligned) or read in place from repacked weights. The token panel lives in a per-thread
-// buffer, allocated on a thread's first prefill and reused after that.
+// aligned) or read in place from repacked weights. The token panel lives in the caller's
+// scratch (kBf16TokenChunk · kBf16PanelPairs dwords, 64-byte aligned).
 template <class PanelOf>
 inline void gemm_bf16_panels(std::size_t rows, std::size_t cols, const float* x,
                              std::size_t n_tokens, float* y, std::size_t row_begin,
-                             std::size_t groups, PanelOf&& panel_of) {
+                             std::size_t groups, void* token_scratch, PanelOf&& panel_of) {
   alignas(64) std::uint32_t scratch[2][kBf16PanelPairs * 16];
-  thread_local AlignedBuffer<std::uint32_t> xpanel;
-  if (xpanel.size() < kBf16TokenChunk * kBf16PanelPairs)
-    xpanel = AlignedBuffer<std::uint32_t>(kBf16TokenChunk * kBf16PanelPairs);
+  std::uint32_t* const xpanel = static_cast<std::uint32_t*>(token_scratch);
   for (std::size_t t0 = 0; t0 < n_tokens; t0 += kBf16TokenChunk) {
     const std::size_t chunk = std::min(kBf16TokenChunk, n_tokens - t0);
     for (std::size_t c0 = 0; c0 < cols; c0 += 2 * kBf16PanelPairs) {
@@ -114,7 +110,7 @@ inline void gemm_bf16_panels(std::size_t rows, std::size_t cols, const float* x,
       const std::size_t pairs = (width + 1) / 2;
       for (std::size_t t = 0; t < chunk; t += 16)
         pack_float_pairs(x + (t0 + t) * cols + c0, cols, std::min<std::size_t>(16, chunk - t),
-                         width, pairs, xpanel.data() + t * pairs);
+                         width, pairs, xpanel + t * pairs);
       for (std::size_t g = 0; g < groups; g += 2) {
         const std::size_t r = row_begin + g * 16, panels = std::min<std::size_t>(2, groups - g);
         const std::uint32_t* panel[2] = {};
@@ -122,9 +118,9 @@ inline void gemm_bf16_panels(std::size_t rows, std::size_t cols, const float* x,
           panel[p] = panel_of(r + 16 * p, c0, width, pairs, scratch[p]);
         avx512::run_panel_tiles(chunk, panels, y + t0 * rows + r, rows,
                                 [&](auto k_panels, std::size_t t, std::size_t count, float* out) {
-                                  bf16_panel_tile<k_panels()>(
-                                      panel, xpanel.data() + (t / 16 * 16) * pairs, t % 16, pairs,
-                                      count, out, rows, c0 > 0);
+                                  bf16_panel_tile<k_panels()>(panel, xpanel + (t / 16 * 16) * pairs,
+                                                              t % 16, pairs, count, out, rows,
+                                                              c0 > 0);
                                 });
       }
     }
@@ -134,19 +130,20 @@ inline void gemm_bf16_panels(std::size_t rows, std::size_t cols, const float* x,
 // y[t][r] for rows [row_begin, row_end) of bf16 w: [rows][cols], x: [n_tokens][cols] floats.
 inline void matmul_bf16_dot(const void* weights, std::size_t rows, std::size_t cols, const float* x,
                             std::size_t n_tokens, float* y, std::size_t row_begin,
-                            std::size_t row_end) {
+                            std::size_t row_end, void* scratch) {
   const bf16* w = static_cast<const bf16*>(weights);
   const std::size_t groups = (row_end - row_begin) / 16;
   if (n_tokens < kBf16PackedMinTokens || groups == 0)
-    return avx512::matmul_bf16(weights, rows, cols, x, n_tokens, y, row_begin, row_end);
-  gemm_bf16_panels(rows, cols, x, n_tokens, y, row_begin, groups,
+    return avx512::matmul_bf16(weights, rows, cols, x, n_tokens, y, row_begin, row_end, scratch);
+  gemm_bf16_panels(rows, cols, x, n_tokens, y, row_begin, groups, scratch,
                    [&](std::size_t r, std::size_t c0, std::size_t width, std::size_t pairs,
-                       std::uint32_t* scratch) -> const std::uint32_t* {
-                     pack_bf16_pairs(w + r * cols + c0, cols, 16, width, pairs, scratch);
-                     return scratch;
+                       std::uint32_t* panel) -> const std::uint32_t* {
+                     pack_bf16_pairs(w + r * cols + c0, cols, 16, width, pairs, panel);
+                     return panel;
                    });
   const std::size_t done = row_begin + groups * 16;
-  if (done < row_end) avx512::matmul_bf16(weights, rows, cols, x, n_tokens, y, done, row_end);
+  if (done < row_end)
+    avx512::matmul_bf16(weights, rows, cols, x, n_tokens, y, done, row_end, scratch);
 }
 
 // x rounded to bf16 pairs (as pack_float_pairs rounds them), in order.   x: [cols] → out:
@@ -183,20 +180,18 @@ inline void bf16_x16_dot_tile(const std::uint32_t* group, std::size_t pairs,
 }
 
 // Whole groups [first, last) rows of the panels against n_tokens < kBf16PackedMinTokens tokens,
-// activations rounded to bf16 pairs once per call into a per-thread buffer.
+// activations rounded to bf16 pairs once per call into the caller's scratch.
 inline void bf16_x16_dot_rows(const std::uint32_t* panels, std::size_t rows, std::size_t cols,
                               const float* x, std::size_t n_tokens, float* y, std::size_t first,
-                              std::size_t last) {
+                              std::size_t last, void* scratch) {
   const std::size_t pairs = cols / 2;
-  thread_local AlignedBuffer<std::uint32_t> xpairs;  // [n_tokens][pairs]
-  if (xpairs.size() < n_tokens * pairs) xpairs = AlignedBuffer<std::uint32_t>(n_tokens * pairs);
+  std::uint32_t* const xpairs = static_cast<std::uint32_t*>(scratch);  // [n_tokens][pairs]
   for (std::size_t t = 0; t < n_tokens; ++t)
-    round_to_bf16_pairs(x + t * cols, cols, xpairs.data() + t * pairs);
+    round_to_bf16_pairs(x + t * cols, cols, xpairs + t * pairs);
   for (std::size_t r = first; r < last; r += 16) {
     const std::uint32_t* group = panels + r / 16 * bf16_x16_group_dwords(cols);
     avx512::for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
-      bf16_x16_dot_tile<k_tokens()>(group, pairs, xpairs.data() + t * pairs, y + t * rows + r,
-                                    rows);
+      bf16_x16_dot_tile<k_tokens()>(group, pairs, xpairs + t * pairs, y + t * rows + r, rows);
     });
   }
 }
@@ -206,20 +201,22 @@ inline void bf16_x16_dot_rows(const std::uint32_t* panels, std::size_t rows, std
 // Rows outside whole groups take the float-activation kernel (matmul_bf16_x16).
 inline void matmul_bf16_x16_dot(const void* weights, std::size_t rows, std::size_t cols,
                                 const float* x, std::size_t n_tokens, float* y,
-                                std::size_t row_begin, std::size_t row_end) {
+                                std::size_t row_begin, std::size_t row_end, void* scratch) {
   const auto* panels = static_cast<const std::uint32_t*>(weights);
   const std::size_t first = (row_begin + 15) / 16 * 16, last = row_end / 16 * 16;
   if (first >= last)
-    return avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, row_begin, row_end);
+    return avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, row_begin, row_end,
+                                   scratch);
   if (row_begin < first)
-    avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, row_begin, first);
+    avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, row_begin, first, scratch);
   if (n_tokens < kBf16PackedMinTokens)
-    bf16_x16_dot_rows(panels, rows, cols, x, n_tokens, y, first, last);
+    bf16_x16_dot_rows(panels, rows, cols, x, n_tokens, y, first, last, scratch);
   else
-    gemm_bf16_panels(rows, cols, x, n_tokens, y, first, (last - first) / 16,
+    gemm_bf16_panels(rows, cols, x, n_tokens, y, first, (last - first) / 16, scratch,
                      [&](std::size_t r, std::size_t c0, std::size_t, std::size_t,
                          std::uint32_t*) -> const std::uint32_t* {
                        return panels + r / 16 * bf16_x16_group_dwords(cols) + c0 / 2 * 16;
                      });
-  if (last < row_end) avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, last, row_end);
+  if (last < row_end)
+    avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, last, row_end, scratch);
 }

@@ -47,13 +47,13 @@ inline void bf16_x16_group(const std::uint32_t* group, std::size_t rows, std::si
 #endif
 
 // w: bf16_x16 panels of a [rows][cols] matrix, x: [n_tokens][cols], y: [n_tokens][rows]; rows
-// [row_begin, row_end), any range.
+// [row_begin, row_end), any range. scratch holds one group in the file's layout, [16][cols].
 inline void matmul_bf16_x16(const void* weights, std::size_t rows, std::size_t cols, const float* x,
                             std::size_t n_tokens, float* y, std::size_t row_begin,
-                            std::size_t row_end) {
+                            std::size_t row_end, void* scratch) {
   const auto* panels = static_cast<const std::uint32_t*>(weights);
   const std::size_t group_dwords = bf16_x16_group_dwords(cols);
-  thread_local AlignedBuffer<bf16> group_rows;  // [16][cols]: one group in the file's layout
+  bf16* const group_rows = static_cast<bf16*>(scratch);
   for (std::size_t g = row_begin / kBf16PanelRows; g * kBf16PanelRows < row_end; ++g) {
     const std::size_t first = g * kBf16PanelRows;
     const std::size_t lo = std::max(row_begin, first),
@@ -64,9 +64,7 @@ inline void matmul_bf16_x16(const void* weights, std::size_t rows, std::size_t c
       continue;
     }
 #endif
-    if (group_rows.size() < kBf16PanelRows * cols)
-      group_rows = AlignedBuffer<bf16>(kBf16PanelRows * cols);
-    deinterleave_bf16_group(panels + g * group_dwords, cols, group_rows.data());
-    matmul_row_tiles(group_rows.data() + (lo - first) * cols, rows, cols, x, n_tokens, y, lo, hi);
+    deinterleave_bf16_group(panels + g * group_dwords, cols, group_rows);
+    matmul_row_tiles(group_rows + (lo - first) * cols, rows, cols, x, n_tokens, y, lo, hi);
   }
 }

@@ -49,9 +49,8 @@ inline void matmul_tile(const W* w, std::size_t cols, const float* x, float* y,
 // and a tile of two panels × 8 tokens keeps 16 accumulators busy; the panel (16 KiB) is reused
 // by every token of a chunk, so packing (one scatter per 16 weights) is amortised over up to 512
 // tokens (a chunk's token panel, 512 KiB, stays in L2; 512 rather than 256 tokens packs each
-// weight panel half as often).
-inline constexpr std::size_t kFloatPanelRows = 16, kFloatPanelCols = 256;
-inline constexpr std::size_t kFloatTokenChunk = 512, kFloatPackedMinTokens = 8;
+// weight panel half as often). The panel sizes are in kernels/scratch.hpp, which sizes the token
+// panel's scratch.
 
 // In-register transpose of a 16×16 float matrix (r[i] = row i → r[c] = column c): unpack pairs,
 // then 4×4 blocks within 128-bit lanes, then the lanes themselves; 64 shuffles, no memory.
@@ -150,23 +149,21 @@ inline void run_panel_tiles(std::size_t chunk, std::size_t panels, float* y, std
   }
 }
 
-// Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows]. The token panel lives in a
-// per-thread buffer, allocated on a thread's first prefill and reused after that.
+// Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows]. The token panel lives in the
+// caller's scratch (kFloatTokenChunk · kFloatPanelCols floats, 64-byte aligned).
 template <class W>
 inline void gemm_float_packed(const W* w, std::size_t rows, std::size_t cols, const float* x,
                               std::size_t n_tokens, float* y, std::size_t row_begin,
-                              std::size_t groups) {
+                              std::size_t groups, void* scratch) {
   alignas(64) float panel[2][kFloatPanelCols * kFloatPanelRows];
-  thread_local AlignedBuffer<float> xpanel;
-  if (xpanel.size() < kFloatTokenChunk * kFloatPanelCols)
-    xpanel = AlignedBuffer<float>(kFloatTokenChunk * kFloatPanelCols);
+  float* const xpanel = static_cast<float*>(scratch);
   for (std::size_t t0 = 0; t0 < n_tokens; t0 += kFloatTokenChunk) {
     const std::size_t chunk = std::min(kFloatTokenChunk, n_tokens - t0);
     for (std::size_t c0 = 0; c0 < cols; c0 += kFloatPanelCols) {
       const std::size_t n = std::min(kFloatPanelCols, cols - c0);
       for (std::size_t t = 0; t < chunk; t += 16)
         pack_columns(x + (t0 + t) * cols + c0, cols, std::min<std::size_t>(16, chunk - t), n,
-                     xpanel.data() + t * n);
+                     xpanel + t * n);
       for (std::size_t g = 0; g < groups; g += 2) {
         const std::size_t r = row_begin + g * kFloatPanelRows,
                           panels = std::min<std::size_t>(2, groups - g);
@@ -175,8 +172,8 @@ inline void gemm_float_packed(const W* w, std::size_t rows, std::size_t cols, co
         const float* const panel_of[2] = {panel[0], panel[1]};
         run_panel_tiles(chunk, panels, y + t0 * rows + r, rows,
                         [&](auto k_panels, std::size_t t, std::size_t count, float* out) {
-                          float_panel_tile<k_panels()>(panel_of, xpanel.data() + (t / 16 * 16) * n,
-                                                       t % 16, n, count, out, rows, c0 > 0);
+                          float_panel_tile<k_panels()>(panel_of, xpanel + (t / 16 * 16) * n, t % 16,
+                                                       n, count, out, rows, c0 > 0);
                         });
       }
     }
@@ -224,15 +221,17 @@ inline void matmul_row_tiles(const W* w_rows, std::size_t rows, std::size_t cols
 }
 
 // w: [rows][cols], x: [n_tokens][cols], y: [n_tokens][rows]; computes rows [row_begin, row_end).
+// scratch: matmul_scratch_bytes(cols, n_tokens) bytes (kernels/scratch.hpp), as for every
+// kernel of the table.
 template <class W>
 inline void matmul_float(const W* w, std::size_t rows, std::size_t cols, const float* x,
-                         std::size_t n_tokens, float* y, std::size_t row_begin,
-                         std::size_t row_end) {
+                         std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                         [[maybe_unused]] void* scratch) {
 #if HLLM_ISA_LEVEL == 2
   // Batches (prefill) take the packed panels, whole 16-row groups; leftover rows the tiles.
   if (n_tokens >= kFloatPackedMinTokens) {
     const std::size_t groups = (row_end - row_begin) / kFloatPanelRows;
-    gemm_float_packed(w, rows, cols, x, n_tokens, y, row_begin, groups);
+    gemm_float_packed(w, rows, cols, x, n_tokens, y, row_begin, groups, scratch);
     row_begin += groups * kFloatPanelRows;
     if (row_begin == row_end) return;
   }
@@ -241,17 +240,21 @@ inline void matmul_float(const W* w, std::size_t rows, std::size_t cols, const f
 }
 
 inline void matmul_f32(const void* w, std::size_t rows, std::size_t cols, const float* x,
-                       std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end) {
-  matmul_float(static_cast<const float*>(w), rows, cols, x, n_tokens, y, row_begin, row_end);
+                       std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                       void* scratch) {
+  matmul_float(static_cast<const float*>(w), rows, cols, x, n_tokens, y, row_begin, row_end,
+               scratch);
 }
 inline void matmul_f16(const void* w, std::size_t rows, std::size_t cols, const float* x,
-                       std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end) {
-  matmul_float(static_cast<const f16*>(w), rows, cols, x, n_tokens, y, row_begin, row_end);
+                       std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                       void* scratch) {
+  matmul_float(static_cast<const f16*>(w), rows, cols, x, n_tokens, y, row_begin, row_end, scratch);
 }
 inline void matmul_bf16(const void* w, std::size_t rows, std::size_t cols, const float* x,
-                        std::size_t n_tokens, float* y, std::size_t row_begin,
-                        std::size_t row_end) {
-  matmul_float(static_cast<const bf16*>(w), rows, cols, x, n_tokens, y, row_begin, row_end);
+                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                        void* scratch) {
+  matmul_float(static_cast<const bf16*>(w), rows, cols, x, n_tokens, y, row_begin, row_end,
+               scratch);
 }
 
 // Block dequantization for the kernel below: the reference code, except for the common block
@@ -490,7 +493,8 @@ inline void deinterleave_q6_k_group(const BlockQ6_Kx16* group, std::size_t super
 // loop.
 template <class Block, std::size_t kElements>
 inline void dequant_rows_decode(const Block* w, std::size_t rows, std::size_t cols, const float* x,
-                                float* y, std::size_t row_begin, std::size_t row_end) {
+                                float* y, std::size_t row_begin, std::size_t row_end,
+                                [[maybe_unused]] void* scratch) {
 #if HLLM_ISA_LEVEL == 2
   const std::size_t blocks = cols / kElements;
   using Stored = std::remove_cvref_t<decltype(block_at(w, blocks, 0, 0))>;  // the file's block
@@ -509,10 +513,9 @@ inline void dequant_rows_decode(const Block* w, std::size_t rows, std::size_t co
         // Whole panel groups: their 16 rows back in the file's layout once (block_at for one
         // row at a time would redo a unit's bit shuffles for each of its rows), then the same
         // row kernel, so the results stay bit for bit the file layout's.
-        thread_local std::vector<BlockQ6_K> rows_of_group;  // [16][blocks]
-        if (rows_of_group.size() < 16 * blocks) rows_of_group.resize(16 * blocks);
+        BlockQ6_K* const rows_of_group = static_cast<BlockQ6_K*>(scratch);  // [16][blocks]
         for (; r % 16 == 0 && r + 16 <= row_end; r += 16) {
-          deinterleave_q6_k_group(w + r / 16 * blocks, blocks, rows_of_group.data());
+          deinterleave_q6_k_group(w + r / 16 * blocks, blocks, rows_of_group);
           for (std::size_t i = 0; i < 16; ++i)
             y[r + i] = dot_row_exact_q6_k(
                 [&](std::size_t b) -> const BlockQ6_K& { return rows_of_group[i * blocks + b]; },
@@ -532,13 +535,13 @@ inline void dequant_rows_decode(const Block* w, std::size_t rows, std::size_t co
 template <class Block, std::size_t kElements>
 inline void matmul_dequant(const void* weights, std::size_t rows, std::size_t cols, const float* x,
                            std::size_t n_tokens, float* y, std::size_t row_begin,
-                           std::size_t row_end) {
+                           std::size_t row_end, void* scratch) {
   const Block* w = static_cast<const Block*>(weights);
   // Token counts are compile-time in each call so the accumulators stay in registers.
   for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
     if constexpr (k_tokens() == 1)
       dequant_rows_decode<Block, kElements>(w, rows, cols, x + t * cols, y + t * rows, row_begin,
-                                            row_end);
+                                            row_end, scratch);
     else
       dequant_rows<k_tokens(), Block, kElements>(w, rows, cols, x + t * cols, y + t * rows,
                                                  row_begin, row_end);

@@ -366,19 +366,20 @@ inline void matmul_file_layout(const Block* w, std::size_t rows, std::size_t col
 
 // Rows [row_begin, row_end) of a repacked matrix w (`units` blocks of the file type per row)
 // through the row-major kernel, each row's blocks copied out first (block_at): every ISA's way for
-// rows outside whole groups, and the only way on ISAs without interleaved kernels.
+// rows outside whole groups, and the only way on ISAs without interleaved kernels. scratch holds
+// the row ([units] blocks) and then its outputs ([n_tokens] floats, from the next cache line).
 template <class Block, class Stored>
 inline void matmul_copied_rows(const Stored* w, std::size_t units, std::size_t rows,
                                std::size_t cols, const BlockQ8Act* x, std::size_t n_tokens,
-                               float* y, std::size_t row_begin, std::size_t row_end) {
+                               float* y, std::size_t row_begin, std::size_t row_end,
+                               void* scratch) {
   if (row_begin == row_end) return;
-  thread_local std::vector<Block> row;  // [units], grown once per thread
-  thread_local std::vector<float> out;  // [n_tokens]
-  if (row.size() < units) row.resize(units);
-  if (out.size() < n_tokens) out.resize(n_tokens);
+  Block* const row = static_cast<Block*>(scratch);
+  float* const out = reinterpret_cast<float*>(static_cast<std::byte*>(scratch) +
+                                              round_up_to_line(units * sizeof(Block)));
   for (std::size_t r = row_begin; r < row_end; ++r) {
     for (std::size_t u = 0; u < units; ++u) row[u] = block_at(w, units, r, u);
-    matmul_file_layout(row.data(), 1, cols, x, n_tokens, out.data(), 0, 1);
+    matmul_file_layout(row, 1, cols, x, n_tokens, out, 0, 1);
     for (std::size_t t = 0; t < n_tokens; ++t) y[t * rows + r] = out[t];
   }
 }
@@ -388,7 +389,7 @@ inline void matmul_copied_rows(const Stored* w, std::size_t units, std::size_t r
 template <class Block>
 inline void matmul_interleaved(const Interleaved8<Block>* w, std::size_t rows, std::size_t cols,
                                const BlockQ8Act* x, std::size_t n_tokens, float* y,
-                               std::size_t row_begin, std::size_t row_end) {
+                               std::size_t row_begin, std::size_t row_end, void* scratch) {
   constexpr bool kSuper = std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ6_K>;
   constexpr std::size_t kUnit = kSuper ? kQK_K : 32;
   const std::size_t units = cols / kUnit;
@@ -415,15 +416,16 @@ inline void matmul_interleaved(const Interleaved8<Block>* w, std::size_t rows, s
     }
   }
 #endif
-  matmul_copied_rows<Block>(w, units, rows, cols, x, n_tokens, y, row_begin, row_end);
+  matmul_copied_rows<Block>(w, units, rows, cols, x, n_tokens, y, row_begin, row_end, scratch);
 }
 
 // The table's entry for Interleaved8<Block> weights.
 template <class Block>
 inline void matmul_x8(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                      std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end) {
+                      std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                      void* scratch) {
   matmul_interleaved(static_cast<const Interleaved8<Block>*>(w), rows, cols, x, n_tokens, y,
-                     row_begin, row_end);
+                     row_begin, row_end, scratch);
 }
 
 // Rows [row_begin, row_end) of y: [n_tokens][rows] for Q4_0/Q8_0/Q4_K/Q6_K weights in 16-row
@@ -432,7 +434,8 @@ inline void matmul_x8(const void* w, std::size_t rows, std::size_t cols, const B
 // decode_group16; everything else copies rows out.
 template <class Block>
 inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                       std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end) {
+                       std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                       void* scratch) {
   using Unit = Interleaved16<Block>;
   const auto* w = static_cast<const Unit*>(weights);
   const std::size_t units = cols / Unit::kValues;  // per row
@@ -454,5 +457,5 @@ inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, 
   }
 #endif
   matmul_copied_rows<Block>(w, units * Unit::kColumns, rows, cols, x, n_tokens, y, row_begin,
-                            row_end);
+                            row_end, scratch);
 }

@@ -238,17 +238,17 @@ inline void matmul_kquant(const void* weights, std::size_t rows, std::size_t col
   }
 }
 inline void matmul_q4_k(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                        std::size_t n_tokens, float* y, std::size_t row_begin,
-                        std::size_t row_end) {
+                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                        void* /*scratch*/) {
   matmul_kquant<BlockQ4_K>(w, rows, cols, x, n_tokens, y, row_begin, row_end);
 }
 inline void matmul_q5_k(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                        std::size_t n_tokens, float* y, std::size_t row_begin,
-                        std::size_t row_end) {
+                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                        void* /*scratch*/) {
   matmul_kquant<BlockQ5_K>(w, rows, cols, x, n_tokens, y, row_begin, row_end);
 }
 inline void matmul_q6_k(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                        std::size_t n_tokens, float* y, std::size_t row_begin,
-                        std::size_t row_end) {
+                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                        void* /*scratch*/) {
   matmul_kquant<BlockQ6_K>(w, rows, cols, x, n_tokens, y, row_begin, row_end);
 }

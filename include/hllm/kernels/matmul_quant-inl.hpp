@@ -303,12 +303,12 @@ inline void matmul_quant(const Block* w, std::size_t rows, std::size_t cols, con
 }
 
 inline void matmul_q8_0(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                        std::size_t n_tokens, float* y, std::size_t row_begin,
-                        std::size_t row_end) {
+                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                        void* /*scratch*/) {
   matmul_quant(static_cast<const BlockQ8_0*>(w), rows, cols, x, n_tokens, y, row_begin, row_end);
 }
 inline void matmul_q4_0(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
-                        std::size_t n_tokens, float* y, std::size_t row_begin,
-                        std::size_t row_end) {
+                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                        void* /*scratch*/) {
   matmul_quant(static_cast<const BlockQ4_0*>(w), rows, cols, x, n_tokens, y, row_begin, row_end);
 }

@@ -104,14 +104,15 @@ class LlamaBlock {
     const std::size_t n_heads = n_heads_(), n_kv = n_kv_heads_(), group = n_heads / n_kv;
     // Work: about 2 · head_dim multiply-adds per visible key per (token, head).
     const std::size_t attention_work = n_tokens * n_heads * head_dim * 2 * (start + n_tokens);
-    compute.split(n_tokens * n_kv, 1, attention_work, [&](std::size_t begin, std::size_t end) {
-      for (std::size_t i = begin; i < end; ++i) {
-        const std::size_t t = i / n_kv, g = i % n_kv;
-        attention_.forward_unchecked(s.q.data() + t * q_width, start + t, cache, layer_,
-                                     s.attn.data() + t * q_width, compute.kernels(), g * group,
-                                     (g + 1) * group);
-      }
-    });
+    compute.split(n_tokens * n_kv, 1, attention_work,
+                  [&](std::size_t begin, std::size_t end, std::size_t) {
+                    for (std::size_t i = begin; i < end; ++i) {
+                      const std::size_t t = i / n_kv, g = i % n_kv;
+                      attention_.forward_unchecked(s.q.data() + t * q_width, start + t, cache,
+                                                   layer_, s.attn.data() + t * q_width,
+                                                   compute.kernels(), g * group, (g + 1) * group);
+                    }
+                  });
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
     add_into(x, s.projected.data(), n_tokens * dim);
 

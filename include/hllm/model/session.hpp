@@ -55,7 +55,7 @@ class Session {
         activations_(options.exact ? 0 : max_batch_ * widest_input(model.config()) / 32),
         pool_(options.threads ? options.threads : default_thread_count()),
         compute_(options.isa ? kernels::table_for(*options.isa) : kernels::active(), pool_,
-                 activations_.span()) {}
+                 activations_.span(), {widest_matmul_input(model.config()), max_batch_}) {}
 
   const Llama<Spec>& model() const noexcept { return model_; }
   // Tokens evaluated so far: the position the next token will take.
@@ -104,10 +104,13 @@ class Session {
                   "max_batch must be in [1, 65536], got " + std::to_string(max_batch));
     return max_batch;
   }
-  // The most input features any matmul of the model has (for the 8-bit activation scratch).
-  static std::size_t widest_input(const ModelConfig& c) {
-    return static_cast<std::size_t>(std::max({c.dim, c.q_dim(), c.ffn_dim})) + 32;
+  // The most input features any matmul of the model has: dim (Q, K, V, gate, up, output),
+  // q_dim (the attention output), ffn_dim (down). Sizes the kernels' scratch.
+  static std::size_t widest_matmul_input(const ModelConfig& c) {
+    return static_cast<std::size_t>(std::max({c.dim, c.q_dim(), c.ffn_dim}));
   }
+  // The same with a block to spare (for the 8-bit activation scratch).
+  static std::size_t widest_input(const ModelConfig& c) { return widest_matmul_input(c) + 32; }
   static std::size_t checked_context(std::size_t context, const ModelConfig& config) {
     const std::size_t resolved =
         context ? context : static_cast<std::size_t>(config.context_length);
