@@ -41,18 +41,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char* kUsage =
-    "usage: hllm-bench (-m FILE.gguf | --preset NAME --type f32|f16|bf16|q8_0|q4_0)\n"
-    "                  [-p PROMPT_TOKENS=512] [-n GEN_TOKENS=128] [-r REPS=3] [-t THREADS]\n"
-    "                  [--isa scalar|avx2|avx512] [--repack auto|never|always]\n"
-    "                  [--kv-type f32|f16|bf16|q8_0] [-o md|json]\n"
-    "       hllm-bench --preset NAME --type TYPE --save FILE.gguf [--vocab VOCAB.gguf]\n"
-    "  --repack: load-time 8-row interleaving of Q4_0/Q8_0 projections (auto: where the\n"
-    "            kernels of the ISA that runs prefer it, i.e. AVX-512 VNNI)\n"
-    "  --kv-type: the KV cache's element type (default f32)\n"
-    "  --save writes the synthetic model as GGUF (llama.cpp-loadable) and exits\n"
-    "  presets: tinyllama-1.1b, llama-2-7b, llama-3-8b, llama-3.2-1b, mistral-7b, tiny\n";
-
 struct Options {
   std::string model_path, preset, type = "f32", output = "md", save_path, vocab_path;
   std::size_t prompt_tokens = 512, gen_tokens = 128, reps = 3, threads = 0;
@@ -567,44 +555,38 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
 
 int main(int argc, char** argv) {
   Options o;
-  hllm::cli::Args args(argc, argv, "hllm-bench", kUsage);
-  while (args.next()) {
-    if (args.is("-m", "--model"))
-      o.model_path = args.path();
-    else if (args.is("--preset"))
-      o.preset = args.value();
-    else if (args.is("--type"))
-      o.type = args.value();
-    else if (args.is("-p", "--n-prompt"))
-      o.prompt_tokens = args.number<std::size_t>(0, 65536);
-    else if (args.is("-n", "--n-gen"))
-      o.gen_tokens = args.number<std::size_t>(0, 65536);
-    else if (args.is("-r", "--repetitions"))
-      o.reps = args.number<std::size_t>(1, 1000);
-    else if (args.is("-t", "--threads"))
-      o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
-    else if (args.is("--save"))
-      o.save_path = args.path();
-    else if (args.is("--vocab"))
-      o.vocab_path = args.path();
-    else if (args.is("--isa")) {
-      o.isa = args.isa();
-    } else if (args.is("--repack")) {
-      o.repack = args.value();
-      if (o.repack != "auto" && o.repack != "never" && o.repack != "always")
-        args.fail("--repack must be auto, never or always");
-    } else if (args.is("--kv-type")) {
-      o.kv_type = args.kv_type();
-    } else if (args.is("-o", "--output")) {
-      o.output = args.value();
-      if (o.output != "md" && o.output != "json") args.fail("-o must be md or json");
-    } else
-      args.unknown();
-  }
+  hllm::cli::Parser cli("hllm-bench",
+                        "Prompt-processing and generation speed, in the spirit of llama-bench, "
+                        "against this machine's measured bandwidth and arithmetic peaks.\n"
+                        "  hllm-bench --preset NAME --type TYPE --save FILE.gguf writes the "
+                        "synthetic model as GGUF (llama.cpp-loadable) and exits.");
+  cli.path("-m,--model", o.model_path, "Model file (or --preset)");
+  cli.text("--preset", o.preset,
+           "Random weights of a preset's shape: tinyllama-1.1b, llama-2-7b, llama-3-8b, "
+           "llama-3.2-1b, mistral-7b, tiny")
+      ->type_name("NAME");
+  cli.text("--type", o.type, "Weight type of a preset (default f32)")
+      ->type_name("f32|f16|bf16|q8_0|q4_0");
+  cli.number_in<std::size_t>("-p,--n-prompt", o.prompt_tokens, 0, 65536, "a number of tokens",
+                             "Prompt tokens per test");
+  cli.number_in<std::size_t>("-n,--n-gen", o.gen_tokens, 0, 65536, "a number of tokens",
+                             "Generated tokens per test");
+  cli.number_in<std::size_t>("-r,--repetitions", o.reps, 1, 1000, "a number of repetitions",
+                             "Repetitions of each test");
+  cli.threads(o.threads);
+  cli.isa(o.isa);
+  cli.choice("--repack", o.repack, {"auto", "never", "always"},
+             "Load-time 8-row interleaving of Q4_0/Q8_0 projections (auto: where the kernels of "
+             "the ISA that runs prefer it, i.e. AVX-512 VNNI)");
+  cli.kv_type(o.kv_type);
+  cli.choice("-o,--output", o.output, {"md", "json"}, "Output format");
+  cli.path("--save", o.save_path, "Write the synthetic model as GGUF and exit");
+  cli.path("--vocab", o.vocab_path, "With --save: the tokenizer of this GGUF file");
+  cli.parse(argc, argv);
   if (o.model_path.empty() == o.preset.empty())
-    args.fail("give exactly one of -m FILE or --preset NAME");
-  if (!o.save_path.empty() && o.preset.empty()) args.fail("--save needs --preset and --type");
-  if (!o.vocab_path.empty() && o.save_path.empty()) args.fail("--vocab only goes with --save");
+    cli.fail("give exactly one of -m FILE or --preset NAME");
+  if (!o.save_path.empty() && o.preset.empty()) cli.fail("--save needs --preset and --type");
+  if (!o.vocab_path.empty() && o.save_path.empty()) cli.fail("--vocab only goes with --save");
 
   try {
     if (!o.save_path.empty()) {
@@ -612,7 +594,7 @@ int main(int argc, char** argv) {
       try {
         type = hllm::parse_dtype(o.type);
       } catch (const hllm::Error& e) {
-        args.fail(e.message());
+        cli.fail(e.message());
       }
       const hllm::ModelConfig config = hllm::examples::synthetic_config(o.preset);
       hllm::Vocabulary vocab =
@@ -651,7 +633,7 @@ int main(int argc, char** argv) {
       try {
         type = hllm::parse_dtype(o.type);
       } catch (const hllm::Error& e) {
-        args.fail(e.message());
+        cli.fail(e.message());
       }
       config = hllm::examples::synthetic_config(o.preset);
       weights = hllm::examples::synthetic_weights(config, type, 1);

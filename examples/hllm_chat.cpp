@@ -1,21 +1,26 @@
 // hllm-chat: an interactive chat with an instruction-tuned model.
 //
 //   hllm-chat -m FILE.gguf [-t N] [-c N] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
-//             [--repeat-penalty R] [--seed S] [--system TEXT] [--chat-format NAME] [--isa ISA]
-//             [--kv-type f32|f16|bf16|q8_0]
+//             [--repeat-penalty R] [--repeat-last-n N] [-s SEED] [--system TEXT]
+//             [--chat-template NAME|FILE] [--isa ISA] [--kv-type f32|f16|bf16|q8_0]
+//             [--pre-tokenizer NAME] [--log-disable]
 //
 // Reads one user message per line from stdin until EOF or "/exit", and streams each reply to
-// stdout. The chat format comes from the model's tokenizer.chat_template (or --chat-format).
-// The conversation stays in the session's KV cache: each turn evaluates only the text the
-// template adds for it, which is why the templates are required to render incrementally. When
-// the context fills up, the program says so and ends the conversation (exit status 0: running
-// out of context is an expected end, not a failure).
+// stdout, with its speed on stderr. Blank lines are not sent. The chat format comes from the
+// model's tokenizer.chat_template, or --chat-template (a format's name, or a file holding a Jinja
+// template to recognise). The conversation stays in the session's KV cache: each turn evaluates
+// only the text the template adds for it, which is why the templates are required to render
+// incrementally. A message longer than what is left of the context is refused and the chat goes
+// on; when a reply fills the context, the program says so and ends the conversation (exit status
+// 0: running out of context is an expected end, not a failure).
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -23,66 +28,63 @@
 
 #include "common/cli.hpp"
 #include "hllm/hllm.hpp"
+#include "hllm/io/input_file.hpp"
 
 namespace {
-
-const char* kUsage =
-    "usage: hllm-chat -m FILE.gguf [-t THREADS] [-c CONTEXT] [-n MAX_REPLY_TOKENS]\n"
-    "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
-    "         [--system TEXT] [--chat-format llama2|llama3|chatml|zephyr]\n"
-    "         [--isa scalar|avx2|avx512] [--kv-type f32|f16|bf16|q8_0] [--pre-tokenizer NAME]\n"
-    "  --pre-tokenizer NAME: the pre-tokenizer for a file whose tokenizer.ggml.pre hllm does not\n"
-    "    know (refused otherwise), e.g. default, llama-bpe, qwen2\n"
-    "  Reads one user message per line from stdin; EOF or /exit ends the chat.\n"
-    "  --kv-type: the KV cache's element type (default f32; q8_0 takes a quarter of the memory)\n";
 
 struct Options {
   std::string model_path;
   hllm::VocabularyOptions vocabulary;  // --pre-tokenizer
   std::string system;
-  std::string chat_format;
+  std::string chat_template;  // a format's name or a template file; empty: the model's
   int max_reply = 1024;
   std::size_t threads = 0;
   std::size_t context = 0;
   std::optional<hllm::Isa> isa;
   hllm::cli::KvType kv_type = hllm::cli::KvType::f32;
+  bool log_disable = false;
   hllm::SamplerParams sampler{.seed = 42};
+  bool seed_drawn = false;
 };
 
-Options parse(int argc, char** argv) {
-  Options o;
-  hllm::cli::Args args(argc, argv, "hllm-chat", kUsage);
-  while (args.next()) {
-    if (args.is("-m", "--model"))
-      o.model_path = args.path();
-    else if (args.is("--pre-tokenizer"))
-      o.vocabulary.pretokenizer_fallback = args.value();
-    else if (args.is("-t", "--threads"))
-      o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
-    else if (args.is("-c", "--ctx-size"))
-      o.context = args.number<std::size_t>(0, hllm::kMaxContext);
-    else if (args.is("-n", "--n-predict"))
-      o.max_reply = args.number<int>(1, 1 << 20);
-    else if (args.sampling(o.sampler))
-      continue;
-    else if (args.is("--system"))
-      o.system = args.value();
-    else if (args.is("--chat-format")) {
-      o.chat_format = args.value();
-      try {
-        hllm::chat_format_from_name(o.chat_format);
-      } catch (const hllm::Error& e) {
-        args.fail(e.message());
-      }
-    } else if (args.is("--isa")) {
-      o.isa = args.isa();
-    } else if (args.is("--kv-type")) {
-      o.kv_type = args.kv_type();
-    } else
-      args.unknown();
+bool is_format_name(const std::string& name) {
+  try {
+    hllm::chat_format_from_name(name);
+    return true;
+  } catch (const hllm::Error&) {
+    return false;
   }
-  args.check_sampling(o.sampler);
-  if (o.model_path.empty()) args.fail("a model is required (-m FILE.gguf)");
+}
+
+Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
+  Options o;
+  cli.path("-m,--model", o.model_path, "Model file (required)")->required();
+  cli.threads(o.threads);
+  cli.context(o.context, 0, hllm::kMaxContext, "Context size in tokens (0: the model's)");
+  cli.number_in<int>("-n,--n-predict", o.max_reply, 1, 1 << 20, "a number of tokens",
+                     "Tokens per reply at most");
+  cli.sampling(o.sampler);
+  cli.text("--system", o.system, "A system message to begin the conversation with");
+  cli.text("--chat-template,--chat-format", o.chat_template,
+           "The chat format: llama2, llama3, chatml or zephyr, or a file holding the Jinja "
+           "template to recognise (default: the model's tokenizer.chat_template)")
+      ->type_name("NAME|FILE")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (is_format_name(v) || (!v.empty() && std::filesystem::exists(v))) return {};
+            throw hllm::cli::UsageError(
+                "--chat-template must be llama2, llama3, chatml, zephyr or a template file, "
+                "got '" +
+                v + "'");
+          },
+          ""));
+  cli.isa(o.isa);
+  cli.kv_type(o.kv_type);
+  cli.pre_tokenizer(o.vocabulary);
+  cli.flag("--log-disable", o.log_disable, "Print nothing on stderr but errors");
+  cli.parse(argc, argv);
+  o.sampler.seed = cli.seed();
+  o.seed_drawn = cli.seed_was_drawn();
   return o;
 }
 
@@ -96,22 +98,27 @@ void say_context_full(std::size_t context) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options options = parse(argc, argv);
+  hllm::cli::Parser cli("hllm-chat", "Chats with an instruction-tuned model, a message a line.");
+  const Options options = parse(argc, argv, cli);
+  auto log = [&](const char* format, auto... args) {
+    if (!options.log_disable) std::fprintf(stderr, format, args...);
+  };
   try {
     hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
     const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file, options.vocabulary));
     hllm::ChatFormat format{};
-    if (!options.chat_format.empty()) {
-      format = hllm::chat_format_from_name(options.chat_format);
-    } else {
-      try {
-        format =
-            hllm::detect_chat_format(loaded.file->get_string_or("tokenizer.chat_template", ""));
-      } catch (const hllm::Error& e) {
-        std::fprintf(stderr, "hllm-chat: %s\n  (pass --chat-format llama2|llama3|chatml|zephyr)\n",
-                     e.what());
-        return 1;
-      }
+    try {
+      // A name, else a template file, else the model's own template: each recognised the same.
+      format = is_format_name(options.chat_template)
+                   ? hllm::chat_format_from_name(options.chat_template)
+                   : hllm::detect_chat_format(
+                         options.chat_template.empty()
+                             ? loaded.file->get_string_or("tokenizer.chat_template", "")
+                             : hllm::io::read_text_file(options.chat_template, "chat template"));
+    } catch (const hllm::Error& e) {
+      std::fprintf(stderr, "hllm-chat: %s\n  (pass --chat-template llama2|llama3|chatml|zephyr)\n",
+                   e.what());
+      return 1;
     }
     // The cache's element type is a template parameter: one instantiation per --kv-type.
     return hllm::cli::with_kv_type(options.kv_type, [&]<class KV>() -> int {
@@ -119,15 +126,16 @@ int main(int argc, char** argv) {
       const hllm::Llama<Spec> model(loaded.config, std::move(loaded.weights));
       hllm::Session<Spec> session(
           model, {.context = options.context, .threads = options.threads, .isa = options.isa});
-      hllm::Sampler sampler(options.sampler);
+      hllm::SamplerParams sampler_params = options.sampler;
+      sampler_params.repeat_last_n = cli.repeat_last_n(session.context());
+      hllm::Sampler sampler(sampler_params);
       const std::vector<std::int32_t> stop_tokens = hllm::chat_stop_tokens(format, tokenizer);
       const std::string_view suffix = hllm::chat_assistant_suffix(format);
-      std::fprintf(stderr,
-                   "model: %s\nchat format: %s, context %zu tokens, ISA %s, %zu threads, KV cache "
-                   "%s\n",
-                   options.model_path.c_str(), hllm::to_string(format), session.context(),
-                   hllm::to_string(session.isa()), session.threads(),
-                   hllm::cli::to_string(options.kv_type));
+      log("model: %s\nchat format: %s, context %zu tokens, ISA %s, %zu threads, KV cache %s\n",
+          options.model_path.c_str(), hllm::to_string(format), session.context(),
+          hllm::to_string(session.isa()), session.threads(), hllm::cli::to_string(options.kv_type));
+      log("seed: %llu%s\n", static_cast<unsigned long long>(options.sampler.seed),
+          options.seed_drawn ? " (random)" : "");
 
       std::vector<hllm::ChatMessage> messages;
       if (!options.system.empty()) messages.push_back({"system", options.system});
@@ -151,7 +159,8 @@ int main(int argc, char** argv) {
         if (interactive) std::fprintf(stderr, "> ");
         if (!hllm::io::read_line(std::cin, line, "standard input") || line == "/exit") break;
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty()) continue;
+        // A blank line is not a message: nothing is sent, the prompt comes back.
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;
 
         messages.push_back({"user", line});
         // Markup and message text apart, so that markers typed by the user stay plain text.
@@ -172,22 +181,29 @@ int main(int argc, char** argv) {
         }
         const std::vector<std::int32_t> fresh = hllm::encode_chat(tokenizer, delta, add_bos);
         turn.insert(turn.end(), fresh.begin(), fresh.end());
-        if (turn.size() > session.context() - session.position()) {
-          say_context_full(session.context());
-          return 0;
+        const std::size_t left = session.context() - session.position();
+        // No room for the message and at least one token of reply: refuse it, keep the chat.
+        if (turn.size() >= left) {
+          std::fprintf(stderr,
+                       "hllm-chat: that message takes %zu tokens, and only %zu of the context's "
+                       "%zu are left; it was not sent (send a shorter one, or /exit)\n",
+                       turn.size(), left, session.context());
+          messages.pop_back();
+          continue;
         }
 
-        // generate() decodes every generated token but the last, so this bound keeps the cache
-        // within its capacity; reaching it means the context is full.
-        const std::size_t room = session.context() - session.position() - turn.size() + 1;
-        const int max_tokens = static_cast<int>(
-            std::min<std::size_t>(room, static_cast<std::size_t>(options.max_reply)));
-        hllm::GenerateOptions generate_options{.max_tokens = max_tokens,
+        // generate() ends with context_full when the cache cannot take the next token.
+        hllm::GenerateOptions generate_options{.max_tokens = options.max_reply,
                                                .stop_tokens = stop_tokens};
         std::string reply;
         stream.reset();
+        const auto start = std::chrono::steady_clock::now();
+        double first_at = -1;
         const hllm::GenerateResult result =
             hllm::generate(session, turn, sampler, generate_options, [&](std::int32_t token) {
+              if (first_at < 0)
+                first_at =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
               const std::string piece = stream.push(token);
               reply += piece;
               std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -198,6 +214,15 @@ int main(int argc, char** argv) {
         reply += tail;
         std::printf("%s\n", tail.c_str());
         std::fflush(stdout);
+        // The speed of this turn: its prompt pass (which yields the first token), then one
+        // decode per further token.
+        const double total =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double prompt_s = first_at < 0 ? total : first_at;
+        const std::size_t n = result.tokens.size();
+        log("[prompt %zu tokens, %.1f tokens/s; reply %zu tokens, %.1f tokens/s]\n", turn.size(),
+            prompt_s > 0 ? double(turn.size()) / prompt_s : 0.0, n,
+            n > 1 && total > prompt_s ? double(n - 1) / (total - prompt_s) : 0.0);
 
         messages.push_back({"assistant", reply});
         // The cache now holds the reply's own tokens; the template's closing text (which begins
@@ -206,13 +231,12 @@ int main(int argc, char** argv) {
         undecoded.clear();
         if (result.reason != hllm::StopReason::stop_token && !result.tokens.empty())
           undecoded.push_back(result.tokens.back());
-        if (result.reason == hllm::StopReason::max_tokens && result.tokens.size() == room) {
+        if (result.reason == hllm::StopReason::context_full) {
           say_context_full(session.context());
           return 0;
         }
       }
-      std::fprintf(stderr, "[%zu of %zu context tokens used]\n", session.position(),
-                   session.context());
+      log("[%zu of %zu context tokens used]\n", session.position(), session.context());
       return 0;
     });
   } catch (const std::exception& e) {

@@ -25,11 +25,6 @@
 
 namespace {
 
-const char* kUsage =
-    "usage: hllm-convert -i INPUT -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0]\n"
-    "                    [--tokenizer tokenizer.bin]\n"
-    "  INPUT: a .gguf file, a Hugging Face checkpoint directory, or a llama2.c .bin\n";
-
 // Whether the file begins with `magic`; refuses what is not a regular file, never blocking.
 bool starts_with_magic(const std::string& path, const char* magic) {
   const hllm::io::InputFile in = hllm::io::InputFile::open(path, "model file");
@@ -41,25 +36,21 @@ bool starts_with_magic(const std::string& path, const char* magic) {
 
 int main(int argc, char** argv) {
   std::string input, output, tokenizer_path, type_name = "f16";
-  hllm::cli::Args args(argc, argv, "hllm-convert", kUsage);
-  while (args.next()) {
-    if (args.is("-i", "--input"))
-      input = args.path();
-    else if (args.is("-o", "--output"))
-      output = args.path();
-    else if (args.is("--type"))
-      type_name = args.value();
-    else if (args.is("--tokenizer"))
-      tokenizer_path = args.path();
-    else
-      args.unknown();
-  }
-  if (input.empty() || output.empty()) args.fail("need -i INPUT and -o OUT.gguf");
+  hllm::cli::Parser cli("hllm-convert",
+                        "Converts a model (GGUF, Hugging Face or llama2.c) to a GGUF file.");
+  cli.path("-i,--input", input,
+           "A .gguf file, a Hugging Face checkpoint directory, or a llama2.c .bin (required)")
+      ->required()
+      ->type_name("INPUT");
+  cli.path("-o,--output", output, "The GGUF file to write (required)")->required();
+  cli.text("--type", type_name, "Weight type (default f16)")->type_name("f32|f16|bf16|q8_0|q4_0");
+  cli.path("--tokenizer", tokenizer_path, "A llama2.c tokenizer.bin for a llama2.c checkpoint");
+  cli.parse(argc, argv);
   hllm::DType type = hllm::DType::f16;
   try {
     type = hllm::parse_dtype(type_name);
   } catch (const hllm::Error& e) {
-    args.fail(e.message());
+    cli.fail(e.message());
   }
 
   try {

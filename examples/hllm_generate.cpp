@@ -1,20 +1,27 @@
 // hllm-generate: loads a model, tokenizes a prompt and streams the generated text.
 //
-//   hllm-generate [-m FILE.gguf] [-p PROMPT] [-n N] [-t N] [-c N] [--temp T] [--top-k K]
-//                 [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--isa ISA]
-//                 [--synthetic PRESET] [--check-finite] [--kv-type f32|f16|bf16|q8_0]
+//   hllm-generate [-m FILE.gguf] [-p PROMPT | -f FILE] [-n N] [-t N] [-c N] [-b N] [-s SEED]
+//                 [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
+//                 [--repeat-last-n N] [-e] [--ignore-eos] [--color] [--no-display-prompt]
+//                 [-i] [--log-disable] [--json] [--isa ISA] [--synthetic PRESET]
+//                 [--check-finite] [--kv-type f32|f16|bf16|q8_0] [--pre-tokenizer NAME]
 //
-// Flags follow llama.cpp's spelling. Without -m it runs the bundled model (models/), if this
-// checkout has it; --synthetic runs random weights of a preset's shape (noise by design: for the
-// pipeline and its speed, not for text). A model file without a tokenizer takes the prompt as
-// token ids and prints ids.
+// Flags follow llama.cpp's spelling and meaning (--help lists them). Without -m it runs the
+// bundled model (models/), if this checkout has it; --synthetic runs random weights of a
+// preset's shape (noise by design: for the pipeline and its speed, not for text). A model file
+// without a tokenizer takes the prompt as token ids and prints ids. Generation ends at the end
+// of text, after -n tokens (-1: no limit) or when the context is full; the statistics follow on
+// stderr in every case (--json: as one JSON object). -i reads more text from stdin after each
+// reply and continues the same sequence.
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -25,6 +32,7 @@
 #include "common/synthetic.hpp"
 #include "hllm/hllm.hpp"
 #include "hllm/io/gguf_model.hpp"
+#include "hllm/io/input_file.hpp"
 #include "hllm/tokenizer/streaming_decoder.hpp"
 #include "hllm/tokenizer/tokenizer.hpp"
 #include "hllm/tokenizer/vocabulary_gguf.hpp"
@@ -35,71 +43,71 @@
 
 namespace {
 
-const char* kUsage =
-    "usage: hllm-generate [-m FILE.gguf] [-p PROMPT] [-n N] [-t THREADS] [-c CONTEXT]\n"
-    "         [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
-    "         [--isa scalar|avx2|avx512] [--synthetic tiny|tinyllama-1.1b|...] [--check-finite]\n"
-    "         [--kv-type f32|f16|bf16|q8_0]\n"
-    "         [--pre-tokenizer NAME]\n"
-    "  --check-finite: read every weight at load and refuse NaN or Inf\n"
-    "  --pre-tokenizer NAME: the pre-tokenizer for a file whose tokenizer.ggml.pre hllm does not\n"
-    "    know (refused otherwise), e.g. default, llama-bpe, qwen2\n"
-    "  --kv-type: the KV cache's element type (default f32; q8_0 takes a quarter of the memory)\n"
-    "  default model: " HLLM_DEFAULT_MODEL "\n";
-
 struct Options {
   std::string model_path;
   hllm::VocabularyOptions vocabulary;  // --pre-tokenizer
   std::string synthetic;
   std::string prompt = "In the beginning";
   bool prompt_given = false;
+  std::string prompt_file;
+  bool escape = false;
   int n_predict = 128;
   std::size_t threads = 0;
   std::size_t context = 0;
+  std::size_t batch = 64;
   std::optional<hllm::Isa> isa;
   hllm::cli::KvType kv_type = hllm::cli::KvType::f32;
   bool check_finite = false;
+  bool ignore_eos = false, color = false, no_display_prompt = false, interactive = false;
+  bool log_disable = false, json = false;
   hllm::SamplerParams sampler{.seed = 42};
+  bool seed_drawn = false;
+  hllm::cli::Parser* parser = nullptr;
 };
 
-Options parse(int argc, char** argv) {
+Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
   Options o;
-  hllm::cli::Args args(argc, argv, "hllm-generate", kUsage);
-  while (args.next()) {
-    if (args.is("-m", "--model"))
-      o.model_path = args.path();
-    else if (args.is("--pre-tokenizer"))
-      o.vocabulary.pretokenizer_fallback = args.value();
-    else if (args.is("-p", "--prompt")) {
-      o.prompt = args.value();
-      o.prompt_given = true;
-    } else if (args.is("-n", "--n-predict"))
-      o.n_predict = args.number<int>(0, 1 << 20);
-    else if (args.is("-t", "--threads"))
-      o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
-    else if (args.is("-c", "--ctx-size"))
-      o.context = args.number<std::size_t>(0, hllm::kMaxContext);
-    else if (args.sampling(o.sampler))
-      continue;
-    else if (args.is("--synthetic"))
-      o.synthetic = args.value();
-    else if (args.is("--isa"))
-      o.isa = args.isa();
-    else if (args.is("--kv-type"))
-      o.kv_type = args.kv_type();
-    else if (args.is("--check-finite"))
-      o.check_finite = true;
-    else
-      args.unknown();
-  }
-  args.check_sampling(o.sampler);
-  if (!o.model_path.empty() && !o.synthetic.empty()) args.fail("give -m or --synthetic, not both");
+  o.parser = &cli;
+  cli.path("-m,--model", o.model_path, "Model file (default: " HLLM_DEFAULT_MODEL ")");
+  auto* prompt = cli.text("-p,--prompt", o.prompt, "Prompt (default: \"In the beginning\")");
+  auto* file = cli.path("-f,--file", o.prompt_file, "Read the prompt from a file");
+  cli.flag("-e,--escape", o.escape, "Process escapes (\\n, \\t, \\xHH, ...) in the prompt");
+  cli.number<int>(
+      "-n,--n-predict", o.n_predict, "a number of tokens, or -1 for no limit",
+      [](int v) { return v >= -1 && v <= (1 << 20); },
+      "Tokens to generate (-1: until the end of text or of the context)");
+  cli.threads(o.threads);
+  cli.context(o.context, 0, hllm::kMaxContext, "Context size in tokens (0: the model's)");
+  cli.number_in<std::size_t>("-b,--batch-size", o.batch, 1, 65536, "a number of tokens",
+                             "Tokens per forward pass while reading the prompt");
+  cli.sampling(o.sampler);
+  cli.flag("--ignore-eos", o.ignore_eos, "Do not stop at the end-of-text token");
+  cli.flag("--color", o.color, "Show the prompt in colour");
+  cli.flag("--no-display-prompt", o.no_display_prompt, "Do not print the prompt");
+  cli.flag("-i,--interactive", o.interactive,
+           "After each reply, read more text from stdin and continue (EOF or /exit ends)");
+  cli.flag("--log-disable", o.log_disable, "Print nothing on stderr but errors (and --json)");
+  cli.flag("--json", o.json, "Print the statistics as one JSON object on stderr");
+  cli.text("--synthetic", o.synthetic,
+           "Random weights of a preset's shape: tiny, tinyllama-1.1b, llama-2-7b, ...")
+      ->type_name("PRESET");
+  cli.isa(o.isa);
+  cli.kv_type(o.kv_type);
+  cli.flag("--check-finite", o.check_finite, "Read every weight at load and refuse NaN or Inf");
+  cli.pre_tokenizer(o.vocabulary);
+  cli.parse(argc, argv);
+
+  o.prompt_given = prompt->count() > 0;
+  if (o.prompt_given && file->count() > 0) cli.fail("give -p PROMPT or -f FILE, not both");
+  if (!o.model_path.empty() && !o.synthetic.empty()) cli.fail("give -m or --synthetic, not both");
   if (o.model_path.empty() && o.synthetic.empty()) {
     if (std::filesystem::exists(HLLM_DEFAULT_MODEL))
       o.model_path = HLLM_DEFAULT_MODEL;
     else
       o.synthetic = "tiny";
   }
+  o.sampler.seed = cli.seed();
+  o.seed_drawn = cli.seed_was_drawn();
   return o;
 }
 
@@ -119,10 +127,26 @@ std::vector<std::int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+const char* stop_words(hllm::StopReason r) {
+  switch (r) {
+    case hllm::StopReason::eos: return "end of text";
+    case hllm::StopReason::stop_token: return "stop token";
+    case hllm::StopReason::context_full: return "the context is full";
+    case hllm::StopReason::cancelled: return "cancelled";
+    default: return "-n tokens generated";
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options options = parse(argc, argv);
+  hllm::cli::Parser cli("hllm-generate",
+                        "Generates text after a prompt, as llama.cpp's llama-cli.");
+  const Options options = parse(argc, argv, cli);
+  // Informational lines on stderr; --log-disable keeps only errors and --json.
+  auto log = [&](const char* format, auto... args) {
+    if (!options.log_disable) std::fprintf(stderr, format, args...);
+  };
   try {
     const auto load_start = std::chrono::steady_clock::now();
     hllm::ModelConfig config;
@@ -143,68 +167,146 @@ int main(int argc, char** argv) {
       weights = hllm::examples::synthetic_weights(config, hllm::DType::f32, 1);
       model_name = "synthetic " + options.synthetic + " (random weights: output is noise)";
     }
+    std::string prompt_text = options.prompt_file.empty()
+                                  ? options.prompt
+                                  : hllm::io::read_text_file(options.prompt_file);
+    if (options.escape) prompt_text = hllm::cli::process_escapes(prompt_text);
+    const bool prompt_given = options.prompt_given || !options.prompt_file.empty();
+
     // The cache's element type is a template parameter: one instantiation per --kv-type.
     return hllm::cli::with_kv_type(options.kv_type, [&]<class KV>() -> int {
       using Spec = hllm::ModelSpec<hllm::AnyWeight, KV>;
       const hllm::Llama<Spec> model(config, std::move(weights));
-      hllm::Session<Spec> session(
-          model, {.context = options.context, .threads = options.threads, .isa = options.isa});
+      hllm::Session<Spec> session(model, {.context = options.context,
+                                          .max_batch = options.batch,
+                                          .threads = options.threads,
+                                          .isa = options.isa});
       const double load_seconds = seconds_since(load_start);
 
       const std::vector<std::int32_t> prompt =
-          tokenizer ? tokenizer->encode(options.prompt)
-                    : parse_ids(options.prompt_given ? options.prompt : "1");  // 1: BOS
-      std::fprintf(stderr, "model: %s\n", model_name.c_str());
+          tokenizer ? tokenizer->encode(prompt_text)
+                    : parse_ids(prompt_given ? prompt_text : "1");  // 1: BOS
+      log("model: %s\n", model_name.c_str());
+      log("seed: %llu%s\n", static_cast<unsigned long long>(options.sampler.seed),
+          options.seed_drawn ? " (random)" : "");
+      if (prompt.size() > session.context()) {
+        std::fprintf(stderr,
+                     "hllm-generate: the prompt is %zu tokens, more than the context of %zu "
+                     "tokens (-c)\n",
+                     prompt.size(), session.context());
+        return 1;
+      }
       hllm::GenerateOptions generate_options{.max_tokens = options.n_predict};
       std::optional<hllm::StreamingDecoder> stream;
+      const bool show_prompt = !options.no_display_prompt;
       if (tokenizer) {
-        if (tokenizer->eos() >= 0) generate_options.stop_tokens.push_back(tokenizer->eos());
+        if (tokenizer->eos() >= 0 && !options.ignore_eos) generate_options.eos = tokenizer->eos();
         stream.emplace(*tokenizer);
         for (std::int32_t id : prompt) stream->push(id);  // so the continuation's spacing is right
-        std::printf("%s", options.prompt.c_str());
-      } else {
+        if (show_prompt)
+          std::printf("%s%s%s", options.color ? "\x1b[33m" : "", prompt_text.c_str(),
+                      options.color ? "\x1b[0m" : "");
+      } else if (show_prompt) {
         std::printf("prompt ids:");
         for (auto t : prompt) std::printf(" %d", t);
         std::printf("\ngenerated ids:");
       }
       std::fflush(stdout);
 
-      hllm::Sampler sampler(options.sampler);
-      const auto start = std::chrono::steady_clock::now();
-      double prompt_seconds = 0;
-      bool first = true;
-      const auto result =
-          hllm::generate(session, prompt, sampler, generate_options, [&](std::int32_t token) {
-            if (first) prompt_seconds = seconds_since(start);
-            first = false;
-            if (stream)
-              std::printf("%s", stream->push(token).c_str());
-            else
-              std::printf(" %d", token);
-            std::fflush(stdout);
-            return true;
-          });
-      if (stream) std::printf("%s", stream->flush().c_str());
-      const double gen_seconds = seconds_since(start) - prompt_seconds;
+      hllm::SamplerParams sampler_params = options.sampler;
+      sampler_params.repeat_last_n = options.parser->repeat_last_n(session.context());
+      hllm::Sampler sampler(sampler_params);
+      // Totals over the turns (one without -i): the first token of a turn comes out of its
+      // prompt pass, the rest each cost one decode.
+      std::size_t prompt_tokens = 0, generated = 0, decoded = 0;
+      double prompt_seconds = 0, gen_seconds = 0;
+      hllm::StopReason reason = hllm::StopReason::max_tokens;
+      auto run_turn = [&](const std::vector<std::int32_t>& input) {
+        const auto start = std::chrono::steady_clock::now();
+        double first_at = -1;
+        const auto result =
+            hllm::generate(session, input, sampler, generate_options, [&](std::int32_t token) {
+              if (first_at < 0) first_at = seconds_since(start);
+              if (stream)
+                std::printf("%s", stream->push(token).c_str());
+              else
+                std::printf(" %d", token);
+              std::fflush(stdout);
+              return true;
+            });
+        if (stream) std::printf("%s", stream->flush().c_str());
+        std::fflush(stdout);
+        const double total = seconds_since(start);
+        prompt_tokens += input.size();
+        prompt_seconds += first_at < 0 ? total : first_at;
+        gen_seconds += first_at < 0 ? 0 : total - first_at;
+        generated += result.tokens.size();
+        if (result.tokens.size() > 1) decoded += result.tokens.size() - 1;
+        reason = result.reason;
+        return result;
+      };
+      hllm::GenerateResult result = run_turn(prompt);
+
+      // -i: each line read is appended to the sequence, after the last generated token (which
+      // generate() sampled but never evaluated), and generation continues from it.
+      if (options.interactive && tokenizer) {
+        const bool tty = isatty(STDIN_FILENO) != 0;
+        std::string line;
+        while (reason != hllm::StopReason::context_full) {
+          if (tty) std::fprintf(stderr, "\n> ");
+          if (!hllm::io::read_line(std::cin, line, "standard input") || line == "/exit") break;
+          if (!line.empty() && line.back() == '\r') line.pop_back();
+          if (line.find_first_not_of(" \t") == std::string::npos) continue;
+          std::vector<std::int32_t> turn;
+          if (result.reason != hllm::StopReason::eos && !result.tokens.empty())
+            turn.push_back(result.tokens.back());
+          const auto text = tokenizer->encode(line + "\n", {.add_special = false});
+          turn.insert(turn.end(), text.begin(), text.end());
+          if (turn.size() > session.context() - session.position()) {
+            std::fprintf(stderr,
+                         "hllm-generate: that text is %zu tokens, more than the %zu left in the "
+                         "context; it was not added\n",
+                         turn.size(), session.context() - session.position());
+            continue;
+          }
+          for (std::int32_t id : text) stream->push(id);
+          if (!tty) std::printf("%s", line.c_str());
+          std::printf("\n");
+          result = run_turn(turn);
+        }
+      }
 
       rusage usage{};
       getrusage(RUSAGE_SELF, &usage);
       std::printf("\n\n");
       std::fflush(stdout);  // the statistics go to stderr; keep them after the text
-      std::fprintf(stderr, "load time: %.3f s\n", load_seconds);
-      std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s\n", prompt.size(),
-                   prompt_seconds > 0 ? double(prompt.size()) / prompt_seconds : 0.0);
-      // The first generated token comes out of the prompt pass; the rest each cost one decode.
-      std::fprintf(
-          stderr, "generated: %zu tokens, %.1f tokens/s%s\n", result.tokens.size(),
-          result.tokens.size() > 1 && gen_seconds > 0
-              ? double(result.tokens.size() - 1) / gen_seconds
-              : 0.0,
-          result.reason == hllm::StopReason::stop_token ? " (stopped at end of text)" : "");
-      std::fprintf(stderr, "ISA path: %s, %zu threads, KV cache %s\n",
-                   hllm::to_string(session.isa()), session.threads(),
-                   hllm::cli::to_string(options.kv_type));
-      std::fprintf(stderr, "peak memory: %.1f MiB resident\n", double(usage.ru_maxrss) / 1024.0);
+      const double prompt_rate = prompt_seconds > 0 ? double(prompt_tokens) / prompt_seconds : 0;
+      const double gen_rate = decoded > 0 && gen_seconds > 0 ? double(decoded) / gen_seconds : 0;
+      const double rss_mib = double(usage.ru_maxrss) / 1024.0;
+      if (options.json) {
+        std::fprintf(stderr,
+                     "{\"load_s\": %.3f, \"prompt_tokens\": %zu, \"prompt_s\": %.3f, "
+                     "\"prompt_tokens_per_s\": %.2f, \"generated_tokens\": %zu, "
+                     "\"generation_s\": %.3f, \"generation_tokens_per_s\": %.2f, "
+                     "\"stop_reason\": \"%s\", \"context\": %zu, \"context_used\": %zu, "
+                     "\"seed\": %llu, \"isa\": \"%s\", \"threads\": %zu, \"kv_type\": \"%s\", "
+                     "\"peak_rss_mib\": %.1f}\n",
+                     load_seconds, prompt_tokens, prompt_seconds, prompt_rate, generated,
+                     gen_seconds, gen_rate, hllm::to_string(reason), session.context(),
+                     session.position(), static_cast<unsigned long long>(options.sampler.seed),
+                     hllm::to_string(session.isa()), session.threads(),
+                     hllm::cli::to_string(options.kv_type), rss_mib);
+        return 0;
+      }
+      log("load time: %.3f s\n", load_seconds);
+      log("prompt: %zu tokens, %.1f tokens/s\n", prompt_tokens, prompt_rate);
+      log("generated: %zu tokens, %.1f tokens/s (stopped: %s)\n", generated, gen_rate,
+          stop_words(reason));
+      if (reason == hllm::StopReason::context_full)
+        log("context: all %zu tokens used; a larger -c lets it go on\n", session.context());
+      log("ISA path: %s, %zu threads, KV cache %s\n", hllm::to_string(session.isa()),
+          session.threads(), hllm::cli::to_string(options.kv_type));
+      log("peak memory: %.1f MiB resident\n", rss_mib);
       return 0;
     });
   } catch (const std::exception& e) {

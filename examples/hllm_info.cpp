@@ -7,6 +7,7 @@
 #include <exception>
 #include <string>
 
+#include "common/cli.hpp"
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/weight_tensor.hpp"
@@ -15,24 +16,22 @@
 
 int main(int argc, char** argv) {
   std::string path;
-  bool check_finite = false, usage_error = argc < 2;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::printf("usage: hllm-info [--check-finite] FILE.gguf\n");
-      return 0;
-    }
-    if (arg == "--check-finite")
-      check_finite = true;
-    else if (path.empty() && !arg.starts_with("-"))
-      path = arg;
-    else
-      usage_error = true;
-  }
-  if (usage_error || path.empty()) {
-    std::fprintf(stderr, "usage: hllm-info [--check-finite] FILE.gguf\n");
-    return 1;
-  }
+  bool check_finite = false;
+  hllm::cli::Parser cli("hllm-info", "What a GGUF file holds: metadata and tensors.");
+  cli.app()
+      .add_option("FILE", path, "The GGUF file")
+      ->required()
+      ->type_name("FILE.gguf")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v.empty())
+              throw hllm::cli::UsageError("FILE needs a file path, got the empty string");
+            return {};
+          },
+          ""));
+  cli.flag("--check-finite", check_finite,
+           "Read every tensor and report each one holding NaN or Inf (exit status 1 if any)");
+  cli.parse(argc, argv);
   try {
     const hllm::gguf::File f = hllm::gguf::File::open(path);
     std::printf("file:      %s\n", f.path().c_str());

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/io/gguf_model.hpp"
 #include "hllm/io/input_file.hpp"
@@ -21,14 +22,6 @@
 #include "hllm/model/session.hpp"
 
 namespace {
-
-void usage(std::FILE* to) {
-  std::fprintf(to,
-               "usage: hllm-logits -m FILE.gguf --tokens-file IDS [--mode prefill|decode] [-t N] "
-               "-o OUT.f32\n"
-               "  writes float32 logits [n_tokens][n_vocab] for the ids in IDS, evaluated as one "
-               "sequence\n");
-}
 
 std::vector<std::int32_t> read_tokens(const std::string& path) {
   std::istringstream in(hllm::io::read_text_file(path, "token file"));
@@ -53,51 +46,28 @@ std::vector<std::int32_t> read_tokens(const std::string& path) {
 
 int main(int argc, char** argv) {
   std::string model_path, tokens_path, out_path, mode = "prefill";
-  long threads = 1;
+  std::size_t threads = 1;
+  hllm::cli::Parser cli("hllm-logits",
+                        "Writes float32 logits [n_tokens][n_vocab] for the ids in a file, "
+                        "evaluated as one sequence.");
+  cli.path("-m,--model", model_path, "Model file (required)")->required();
+  cli.path("--tokens-file", tokens_path, "Whitespace-separated token ids (required)")
+      ->required()
+      ->type_name("IDS");
+  cli.path("-o,--output", out_path, "The float32 file to write (required)")
+      ->required()
+      ->type_name("OUT.f32");
+  cli.choice("--mode", mode, {"prefill", "decode"},
+             "One prefill of all the tokens, or one decode per token");
+  cli.threads(threads)->default_str("1");
+  cli.parse(argc, argv);
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc)
-          throw hllm::Error(hllm::ErrorKind::invalid_argument, "option " + arg + " needs a value");
-        return argv[++i];
-      };
-      if (arg == "-m" || arg == "--model")
-        model_path = value();
-      else if (arg == "--tokens-file")
-        tokens_path = value();
-      else if (arg == "-o" || arg == "--output")
-        out_path = value();
-      else if (arg == "--mode")
-        mode = value();
-      else if (arg == "-t" || arg == "--threads") {
-        const std::string v = value();
-        char* end = nullptr;
-        threads = std::strtol(v.c_str(), &end, 10);
-        constexpr auto kMax = static_cast<long>(hllm::kMaxThreads);
-        if (v.empty() || *end != '\0' || threads < 1 || threads > kMax)
-          throw hllm::Error(
-              hllm::ErrorKind::invalid_argument,
-              "-t needs a thread count in [1, " + std::to_string(kMax) + "], got '" + v + "'");
-      } else if (arg == "-h" || arg == "--help") {
-        usage(stdout);
-        return 0;
-      } else {
-        throw hllm::Error(hllm::ErrorKind::invalid_argument, "unknown option '" + arg + "'");
-      }
-    }
-    if (model_path.empty() || tokens_path.empty() || out_path.empty())
-      throw hllm::Error(hllm::ErrorKind::invalid_argument, "-m, --tokens-file and -o are required");
-    if (mode != "prefill" && mode != "decode")
-      throw hllm::Error(hllm::ErrorKind::invalid_argument,
-                        "--mode must be prefill or decode, got '" + mode + "'");
     // -t sets the session's worker threads; HLLM_ISA picks the kernels.
-
     const std::vector<std::int32_t> tokens = read_tokens(tokens_path);
     const hllm::GgufModel m = hllm::load_gguf_model(model_path);
     const hllm::Llama<> model(m.config, m.weights);
     hllm::SessionOptions options;
-    options.threads = static_cast<std::size_t>(threads);
+    options.threads = threads;
     options.context =
         std::max<std::size_t>(tokens.size(), static_cast<std::size_t>(m.config.context_length));
     hllm::Session<> session(model, options);
@@ -121,10 +91,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hllm-logits: %zu tokens x %zu vocab (%s) -> %s\n", tokens.size(),
                  model.vocab_size(), mode.c_str(), out_path.c_str());
     return 0;
-  } catch (const hllm::Error& e) {
-    std::fprintf(stderr, "hllm-logits: %s\n", e.what());
-    if (e.kind() == hllm::ErrorKind::invalid_argument) usage(stderr);
-    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-logits: %s\n", e.what());
     return 1;

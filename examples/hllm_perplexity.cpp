@@ -21,14 +21,6 @@
 
 namespace {
 
-const char* kUsage =
-    "usage: hllm-perplexity -m FILE.gguf -f TEXT.txt [-c CONTEXT] [-t THREADS] [-b BATCH]\n"
-    "         [--isa scalar|avx2|avx512] [--pre-tokenizer NAME]\n"
-    "  --pre-tokenizer NAME: the pre-tokenizer for a file whose tokenizer.ggml.pre hllm does not\n"
-    "    know (refused otherwise), e.g. default, llama-bpe, qwen2\n"
-    "  -c: window length in tokens (default 512); the second half of each window is scored\n"
-    "  -b: tokens per forward pass while evaluating a window (default 512)\n";
-
 struct Options {
   std::string model_path;
   hllm::VocabularyOptions vocabulary;  // --pre-tokenizer
@@ -39,41 +31,33 @@ struct Options {
   std::optional<hllm::Isa> isa;
 };
 
-Options parse(int argc, char** argv) {
+Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
   Options o;
-  hllm::cli::Args args(argc, argv, "hllm-perplexity", kUsage);
-  while (args.next()) {
-    if (args.is("-m", "--model"))
-      o.model_path = args.path();
-    else if (args.is("--pre-tokenizer"))
-      o.vocabulary.pretokenizer_fallback = args.value();
-    else if (args.is("-f", "--file"))
-      o.text_path = args.path();
-    else if (args.is("-c", "--ctx-size"))
-      o.context = args.number<std::size_t>(4, hllm::kMaxContext);
-    else if (args.is("-b", "--batch-size"))
-      o.batch = args.number<std::size_t>(1, 65536);
-    else if (args.is("-t", "--threads"))
-      o.threads = args.number<std::size_t>(1, hllm::kMaxThreads);
-    else if (args.is("--isa"))
-      o.isa = args.isa();
-    else
-      args.unknown();
-  }
-  if (o.model_path.empty()) args.fail("a model is required (-m FILE.gguf)");
-  if (o.text_path.empty()) args.fail("a text file is required (-f TEXT.txt)");
+  cli.path("-m,--model", o.model_path, "Model file (required)")->required();
+  cli.path("-f,--file", o.text_path, "The text to score (required)")->required();
+  cli.context(o.context, 4, hllm::kMaxContext,
+              "Window length in tokens; the second half of each window is scored");
+  cli.number_in<std::size_t>("-b,--batch-size", o.batch, 1, 65536, "a number of tokens",
+                             "Tokens per forward pass while evaluating a window");
+  cli.threads(o.threads);
+  cli.isa(o.isa);
+  cli.pre_tokenizer(o.vocabulary);
+  cli.parse(argc, argv);
   return o;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options options = parse(argc, argv);
+  hllm::cli::Parser cli("hllm-perplexity",
+                        "The perplexity of a model on a text file, as llama.cpp's llama-perplexity "
+                        "computes it.");
+  const Options options = parse(argc, argv, cli);
   try {
     hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
     const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file, options.vocabulary));
     const std::string text = hllm::io::read_text_file(options.text_path);
-    const std::vector<std::int32_t> tokens = tokenizer.encode(text, {});
+    const std::vector<std::int32_t> tokens = tokenizer.encode(text, {.add_special = true});
     const std::size_t c = options.context;
     const hllm::PerplexityPlan plan = hllm::plan_perplexity(tokens.size(), c);
 

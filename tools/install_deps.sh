@@ -9,6 +9,7 @@ packages=(
   libgtest-dev                         # GoogleTest
   libbenchmark-dev                     # Google Benchmark
   nlohmann-json3-dev                   # config.json of Hugging Face checkpoints
+  libcli11-dev                         # CLI11: the example programs' command lines
   python3 python3-sentencepiece        # tokenizer cross-check against SentencePiece
 )
 
