@@ -974,8 +974,8 @@ TEST(GgufModelLoad, VocabularyThatDisagreesWithTheEmbedding) {
         load_bytes(tiny_model_bytes(
             DType::f32, [](gguf::Writer& w) { w.set("llama.vocab_size", std::uint32_t{98}); }));
       },
-      ErrorKind::format, "token_embd.weight", "bad.gguf", std::nullopt,
-      "disagrees with the metadata");
+      ErrorKind::format, "llama.vocab_size", "bad.gguf", std::nullopt,
+      "llama.vocab_size is 98 but token_embd.weight has 97 rows");
   // A tokenizer with more tokens than the embedding has rows.
   const auto tokens = [](std::size_t n) {
     return [n](gguf::Writer& w) {
@@ -1000,7 +1000,7 @@ TEST(GgufModelLoad, VocabularyThatDisagreesWithTheEmbedding) {
           w.set("llama.vocab_size", std::uint32_t{1} << 31);
         }));
       },
-      ErrorKind::format, "vocab_size", "bad.gguf", std::nullopt,
+      ErrorKind::format, "llama.vocab_size", "bad.gguf", std::nullopt,
       "vocab_size = 2147483648 (must be in [1, 16777216])");
   // A tokenizer claiming 2^31 entries in a small file fails at open, at the count's offset.
   auto bytes = tiny_model_bytes(DType::f32, tokens(4));

@@ -58,6 +58,25 @@ inline std::int64_t gguf_layers_present(const gguf::File& f) {
   return layers;
 }
 
+// The GGUF key a ModelConfig field is read from, so that a validation error names what is in
+// the file.
+inline std::string gguf_key_of_config_field(const std::string& field) {
+  static const std::pair<const char*, const char*> kKeys[] = {
+      {"vocab_size", "llama.vocab_size"},
+      {"dim", "llama.embedding_length"},
+      {"n_layers", "llama.block_count"},
+      {"n_heads", "llama.attention.head_count"},
+      {"n_kv_heads", "llama.attention.head_count_kv"},
+      {"ffn_dim", "llama.feed_forward_length"},
+      {"context_length", "llama.context_length"},
+      {"head_dim", "llama.attention.key_length"},
+      {"rms_eps", "llama.attention.layer_norm_rms_epsilon"},
+      {"sliding_window", "llama.attention.sliding_window"}};
+  for (const auto& [ours, key] : kKeys)
+    if (field == ours) return key;
+  return field;
+}
+
 inline ModelConfig gguf_llama_config(const gguf::File& f) {
   const std::string arch = f.get_string("general.architecture");
   if (arch != "llama")
@@ -130,8 +149,23 @@ inline ModelConfig gguf_llama_config(const gguf::File& f) {
     c.validate();
   } catch (const Error& e) {
     throw Error(ErrorKind::format, "inconsistent model metadata: " + e.message(), f.path(),
-                e.field());
+                gguf_key_of_config_field(e.field()));
   }
+  // The explicit vocabulary size against the embedding. The token array tells which of the two
+  // lies: when it agrees with the key, the embedding's shape check names the tensor; otherwise
+  // the key is named here.
+  const auto agrees_with_tokens = [&](std::int64_t n) {
+    return f.has("tokenizer.ggml.tokens") &&
+           f.array_size("tokenizer.ggml.tokens") == static_cast<std::size_t>(n);
+  };
+  if (const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
+      f.has("llama.vocab_size") && embd != nullptr && embd->dims.size() == 2 &&
+      embd->dims[1] != static_cast<std::uint64_t>(c.vocab_size) &&
+      !agrees_with_tokens(c.vocab_size))
+    throw Error(ErrorKind::format,
+                "llama.vocab_size is " + std::to_string(c.vocab_size) +
+                    " but token_embd.weight has " + std::to_string(embd->dims[1]) + " rows",
+                f.path(), "llama.vocab_size");
   return c;
 }
 

@@ -65,12 +65,6 @@ inline void check_vocabulary_content(const Vocabulary& v, const gguf::File& file
   tokens.reserve(v.tokens.size());
   for (const std::string& t : v.tokens) tokens.insert(t);
 
-  // Types: llama.cpp's llama_token_type, normal (1) to byte (6); converters never write 0.
-  for (std::size_t i = 0; i < v.token_types.size(); ++i)
-    if (v.token_types[i] < 1 || v.token_types[i] > 6)
-      fail("token_type", "token " + std::to_string(i) + " " + quoted_token(v.tokens[i]) +
-                             " has type " + std::to_string(v.token_types[i]) +
-                             ", outside 1 (normal) to 6 (byte)");
   // Only control and unused tokens may have no text: any other empty token would decode to
   // nothing and could never be produced by encoding.
   for (std::size_t i = 0; i < v.tokens.size(); ++i) {
@@ -91,7 +85,7 @@ inline void check_vocabulary_content(const Vocabulary& v, const gguf::File& file
                                   "tokens <0x00>..<0xFF>; this one has no ") +
                           name + " (a byte-level BPE vocabulary is model 'gpt2')");
     }
-  } else {
+  } else if (v.model == "gpt2") {
     // Byte-level BPE: the stand-in character of every byte that valid UTF-8 can hold is a token
     // of its own (text is repaired to valid UTF-8 before encoding, so 0xC0, 0xC1 and 0xF5-0xFF
     // never occur, and real vocabularies such as GPT-NeoX's lack them).
@@ -178,12 +172,20 @@ inline Vocabulary vocabulary_from_gguf(const gguf::File& file,
     if (types.size() < v.tokens.size()) fail(key("token_type"), "fewer token types than tokens");
     v.token_types.reserve(v.tokens.size());
     for (std::size_t i = 0; i < v.tokens.size(); ++i) {
-      // Out-of-range values are refused by check_vocabulary_content.
+      // llama.cpp's llama_token_type, normal (1) to byte (6); converters never write 0, and any
+      // other value would make the token unreachable or invisible.
       const std::int64_t t = types[i];
-      v.token_types.push_back(t >= 0 && t <= 6 ? static_cast<std::int32_t>(t) : -1);
+      if (t < 1 || t > 6)
+        fail(key("token_type"), "token " + std::to_string(i) + " " +
+                                    detail::quoted_token(v.tokens[i]) + " has type " +
+                                    std::to_string(t) + ", outside 1 (normal) to 6 (byte)");
+      v.token_types.push_back(static_cast<std::int32_t>(t));
     }
   }
   if (file.has(key("merges"))) v.merges = file.get_string_array(key("merges"));
+  // What the parts mean, before the model's defaults: a vocabulary of the other model's kind is
+  // named as such, not as the first part it lacks.
+  detail::check_vocabulary_content(v, file);
 
   // llama.cpp's defaults per model (llama_vocab::impl::load).
   const bool is_bpe = v.model == "gpt2";
@@ -229,7 +231,6 @@ inline Vocabulary vocabulary_from_gguf(const gguf::File& file,
   } catch (const Error& e) {
     throw Error(ErrorKind::format, e.message(), file.path(), key(e.field()));
   }
-  detail::check_vocabulary_content(v, file);
   detail::check_vocabulary_size(v, file);
   if (is_bpe) {
     // llama.cpp reads a missing key as "default" (files older than the key); an empty or unknown
