@@ -156,11 +156,13 @@ class ThreadPool {
   }
 
  private:
-  // A pause is ~40-140 cycles: 2^10 of them bridge the few microseconds by which threads finish
-  // a job apart, 2^12 the gap between two ops of one forward pass; longer spins would keep a
-  // core from a process that shares it (and from our own preempted threads) for no gain.
-  static constexpr std::size_t kWaitSpins = std::size_t{1} << 10;
-  static constexpr std::size_t kIdleSpins = std::size_t{1} << 12;
+  // A pause is ~10-40 ns: 2^13 of them (~0.1 ms) outlast the last chunk of a job on an idle
+  // machine, whose other threads finish within one chunk (microseconds) of the caller, and
+  // 2^14 the gap between two ops of one forward pass, so neither sleeps between ops; a futex
+  // wake-up would cost tens of microseconds per op. Beside a busy process a wait that long
+  // ends in a sleep, which frees the core.
+  static constexpr std::size_t kWaitSpins = std::size_t{1} << 13;
+  static constexpr std::size_t kIdleSpins = std::size_t{1} << 14;
 
   // The claim word: the job's generation (low 32 bits), its chunk count and the next unclaimed
   // chunk, so one compare-exchange both checks that a job is still current and claims from it.
