@@ -56,22 +56,16 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 // ---------------------------------------------------------------------------------------------
 // Read bandwidth.
 //
-// The probe used to read ~30 GB/s on the 2-core development VM while decode moved 40-50 GB/s.
-// Loops over the same 1 GiB, 2 threads, best of 12, interleaved (GB/s, two runs minutes apart):
-//   one stream per thread, 4 KiB pages (the old probe)   38   53
-//   8 interleaved streams per thread, 4 KiB pages        50   59
-//   one stream per thread, 2 MiB pages                   66   67
-//   TinyLlama Q8_0 decode, weight bytes per second       52   42
-// and a third run read 35-37 GB/s with every loop. Two things made the difference:
+// What a decode kernel can read is what the memory system gives, and one naive loop under-reads
+// it in a VM (docs/performance.md, "Method", has the measurements):
 // - Address translation. In a VM a TLB miss walks two page tables, and one stream over 4 KiB
-//   pages stalls on a walk every 64 cache lines; several streams overlap the walks (decode's
-//   matvec tiles read several rows at once, which is how it beat the probe) and 2 MiB pages
-//   remove them. So the probe reads a buffer advised to use transparent huge pages (before its
-//   first touch; the kernel may refuse, and the output says so) and an ordinary one with the
-//   8-stream loop. 512-bit loads, more accumulators, 2, 4 or 16 streams and software prefetch
-//   1-4 KiB ahead gained nothing over these two.
-// - The VM's bandwidth moves by up to 2x from minute to minute (neighbours on the host), so a
-//   0.2 s probe before the tests can land in a slow spell: it now runs before and after them.
+//   pages stalls on a walk every 64 cache lines; several streams overlap the walks and 2 MiB
+//   pages remove them. So the probe reads a buffer advised to use transparent huge pages (before
+//   its first touch; the kernel may refuse, and the output says so) and an ordinary one with the
+//   8-stream loop. Wider loads, more accumulators, other stream counts and software prefetch
+//   gained nothing over these two.
+// - A shared host's bandwidth moves from minute to minute, so a probe before the tests can land
+//   in a slow spell: it runs before and after them.
 // The roofline is the best of all: what the memory system gives, not what one loop gets.
 #if HLLM_X86
 constexpr std::size_t kStreams = 8;

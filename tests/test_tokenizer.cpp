@@ -194,7 +194,7 @@ TEST(Tokenizer, InvalidUtf8NeverCrashes) {
   }
 }
 
-// The invalid-UTF-8 policy, exactly (README, "Reliability"): encoding never rejects bytes.
+// The invalid-UTF-8 policy, exactly (docs/reliability.md, "Invalid UTF-8"): encoding never rejects bytes.
 // SentencePiece keeps every byte that is not part of a valid piece as its byte-fallback token
 // <0xXX>, so decode() returns the input bytes unchanged; byte-level BPE replaces each byte that
 // does not start a valid sequence with U+FFFD first (one per byte, llama.cpp's

@@ -5,12 +5,13 @@ namespace hllm {
 
 // Load-time relayout of the projection weights for decode (model/repack.hpp): the blocks'
 // Q4_0, Q8_0, Q4_K and Q6_K matrices go into 16-row panels (8-row groups where the shape does
-// not allow them), which the AVX-512 VNNI decode kernels read 1.7-5.6 times as fast (one thread),
-// BF16 ones go into the 16-row pair panels of the AVX512-BF16 GEMM (core/bf16_panels.hpp), and the
-// projections move from the file mapping into one buffer of transparent huge pages (a decode stream
-// over 4 KiB pages pays a TLB walk per page, two-level in a VM, and restarts the prefetcher at each
-// page boundary: +25-30% F16 decode here). Each source tensor's pages are returned to the kernel
-// once copied, so the peak resident size stays about the file's.
+// not allow them), which the AVX-512 VNNI decode kernels read as one stream with one row per
+// vector lane; BF16 ones go into the 16-row pair panels of the AVX512-BF16 GEMM
+// (core/bf16_panels.hpp); and the projections move from the file mapping into one buffer of
+// transparent huge pages (a decode stream over 4 KiB pages pays a TLB walk per page, two-level in
+// a VM, and restarts the prefetcher at each page boundary). Each source tensor's pages are
+// returned to the kernel once copied, so the peak resident size stays about the file's.
+// docs/performance.md measures what each of these gains.
 enum class Repack {
   // For a model mapped from a file: interleave where this process's kernels (kernels::active())
   // prefer it (VNNI for the quantized types, AVX512-BF16 for BF16 panels), move the rest where
@@ -24,10 +25,10 @@ enum class Repack {
 struct LoadOptions {
   // Scan every weight tensor for NaN and ±Inf (quantized ones dequantized block by block) and
   // throw Error(format) naming the file, the tensor, the first bad element and its byte offset.
-  // Off by default: it reads (and dequantizes) the whole file at load time, about 1.6 s for a
-  // 590 MiB Q4_0 file on one core, instead of leaving the pages to the first forward pass.
+  // Off by default: it reads (and dequantizes) the whole file at load time, instead of leaving
+  // the pages to the first forward pass (docs/reliability.md gives the cost).
   bool check_finite = false;
-  // Costs one copy of the projection weights at load (about 0.3 s per GB here).
+  // Costs one copy of the projection weights at load.
   Repack repack = Repack::automatic;
 };
 
