@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
     hllm::ModelConfig config;
     hllm::ModelWeights weights;
     std::optional<hllm::Vocabulary> vocabulary;
+    std::shared_ptr<const hllm::gguf::File> source;  // a GGUF input: its other keys are kept
     if (std::filesystem::is_directory(input) || input.ends_with(".safetensors") ||
         input.ends_with(".json")) {
       hllm::HfModel m = hllm::load_hf_model(input);
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
     } else if (starts_with_magic(input, "GGUF")) {
       hllm::GgufModel m = hllm::load_gguf_model(input);
       if (m.file->has("tokenizer.ggml.model")) vocabulary = hllm::vocabulary_from_gguf(*m.file);
+      source = m.file;
       config = m.config;
       weights = std::move(m.weights);
     } else {
@@ -78,6 +81,8 @@ int main(int argc, char** argv) {
     const hllm::ConvertedModel converted = hllm::convert_model(config, weights, type);
     hllm::save_gguf_model(output, converted.config, converted.weights, [&](hllm::gguf::Writer& w) {
       if (vocabulary) hllm::write_vocabulary(w, *vocabulary);
+      // Everything else the source said (chat template, licence, general.*, ...) is kept.
+      if (source) hllm::copy_missing_metadata(*source, w);
     });
     std::printf("wrote %s: %s weights, %lld layers, vocabulary %s (%.1f MiB)\n", output.c_str(),
                 hllm::dtype_name(type).c_str(), static_cast<long long>(config.n_layers),

@@ -2,11 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "hllm/io/convert.hpp"
@@ -166,6 +169,55 @@ TEST(Convert, RefusesUnwritableTypes) {
   EXPECT_THROW(hllm::parse_dtype("q9_9"), hllm::Error);
   EXPECT_EQ(hllm::parse_dtype("q8_0"), hllm::DType::q8_0);
   EXPECT_EQ(hllm::parse_dtype("BF16"), hllm::DType::bf16);
+}
+
+// hllm-convert's GGUF path keeps every key it does not rewrite: the chat template, licence,
+// general.*, tokenizer keys beyond the vocabulary, values of every type (f64 and bool arrays
+// included) bit for bit; it sets general.file_type and general.quantization_version for the
+// new weights.
+TEST(Convert, KeepsEveryMetadataKeyItDoesNotRewrite) {
+  namespace gguf = hllm::gguf;
+  const hllm::GgufModel bundled = hllm::load_gguf_model(HLLM_MODELS_DIR "/kjv-llama.gguf");
+  const hllm::Vocabulary vocabulary = hllm::vocabulary_from_gguf(*bundled.file);
+  gguf::Writer source_writer = hllm::gguf_model_writer(bundled.config, bundled.weights);
+  hllm::write_vocabulary(source_writer, vocabulary);
+  source_writer.set("tokenizer.chat_template",
+                    "{% for m in messages %}{{ m.content }}{% endfor %}");
+  source_writer.set("general.license", "MIT");
+  source_writer.set("general.author", "hllm");
+  source_writer.set("general.tags", std::vector<std::string>{"bible", "kjv"});
+  source_writer.set("test.f64s", std::vector<double>{0.1, -1e300});
+  source_writer.set("test.bools", std::vector<bool>{true, false, true});
+  source_writer.set("test.i8", std::int8_t{-7});
+  source_writer.set_alignment(64);
+  const std::vector<std::byte> source_bytes = source_writer.to_bytes();
+  const auto source =
+      std::make_shared<const gguf::File>(gguf::File::from_memory(source_bytes, "source.gguf"));
+  ASSERT_EQ(source->get_int("general.file_type"), 1);  // the bundled model's F16
+
+  // What hllm-convert does with a GGUF input.
+  const hllm::GgufModel m = hllm::load_gguf_model(source);
+  const hllm::ConvertedModel q8 = hllm::convert_model(m.config, m.weights, hllm::DType::q8_0);
+  gguf::Writer out = hllm::gguf_model_writer(q8.config, q8.weights);
+  hllm::write_vocabulary(out, hllm::vocabulary_from_gguf(*m.file));
+  hllm::copy_missing_metadata(*m.file, out);
+  const std::vector<std::byte> out_bytes = out.to_bytes();
+  const gguf::File converted = gguf::File::from_memory(out_bytes, "converted.gguf");
+
+  const std::set<std::string> rewritten = {"general.file_type", "general.quantization_version"};
+  for (const std::string& key : source->keys()) {
+    ASSERT_TRUE(converted.has(key)) << key << " was lost";
+    if (rewritten.count(key) != 0) continue;
+    const auto before = source->encoded_value(key), after = converted.encoded_value(key);
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin(), after.end()))
+        << key << " changed";
+  }
+  EXPECT_EQ(converted.get_int("general.file_type"), 7);  // llama.cpp's MOSTLY_Q8_0
+  EXPECT_EQ(converted.get_int("general.quantization_version"), 2);
+  EXPECT_EQ(converted.alignment(), 64u);
+  EXPECT_EQ(converted.keys().size(), source->keys().size() + 1);  // + quantization_version
+  EXPECT_NO_THROW(hllm::load_gguf_model(
+      std::make_shared<const gguf::File>(gguf::File::from_memory(out_bytes, "converted.gguf"))));
 }
 
 }  // namespace

@@ -323,13 +323,53 @@ inline void set_gguf_llama_metadata(gguf::Writer& out, const ModelConfig& c) {
   }
 }
 
-// A writer holding the config as `llama.*` metadata and every weight tensor (borrowed: the
-// weights must stay alive until the writer has written). Add tokenizer keys before writing.
+// general.file_type as llama.cpp numbers it (llama_ftype, "mostly T": the type of the
+// projections), or -1 for a type it has no number for. K-quant files name a mix (Q4_K_M, ...);
+// a file whose projections are all of one K-quant gets that mix's "M" number, as llama-quantize
+// gives a Q4_K_M file whose attn_v and ffn_down are also Q4_K.
+inline int gguf_file_type(DType projections) noexcept {
+  switch (projections) {
+    case DType::f32: return 0;
+    case DType::f16: return 1;
+    case DType::q4_0: return 2;
+    case DType::q4_1: return 3;
+    case DType::q8_0: return 7;
+    case DType::q4_k: return 15;
+    case DType::q5_k: return 17;
+    case DType::q6_k: return 18;
+    case DType::bf16: return 32;
+    default: return -1;
+  }
+}
+
+// Copies every metadata key of `from` that `to` does not hold yet, bit for bit (the chat
+// template, licence, general.*, tokenizer keys a converter does not rewrite, ...), so that a
+// conversion loses nothing it does not mean to change. general.alignment goes through
+// set_alignment, since the writer places the data by it.
+inline void copy_missing_metadata(const gguf::File& from, gguf::Writer& to) {
+  for (const std::string& key : from.keys()) {
+    if (to.has(key)) continue;
+    if (key == gguf::kAlignmentKey)
+      to.set_alignment(static_cast<std::size_t>(from.get_int(key)));
+    else
+      to.set_encoded(key, from.encoded_value(key));
+  }
+}
+
+// A writer holding the config as `llama.*` metadata, general.file_type (and, for a quantized
+// model, general.quantization_version 2, ggml's current block layouts) and every weight tensor
+// (borrowed: the weights must stay alive until the writer has written). Add tokenizer keys
+// before writing.
 inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& w) {
   c.validate();
   validate_weights(c, w);
   gguf::Writer out;
   set_gguf_llama_metadata(out, c);
+  const DType projections = w.layers.empty() ? w.token_embedding.type : w.layers[0].wq.type;
+  if (const int file_type = gguf_file_type(projections); file_type >= 0)
+    out.set("general.file_type", static_cast<std::uint32_t>(file_type));
+  if (DTypeInfo info{}; dtype_info(projections, info) && info.block_elements > 1)
+    out.set("general.quantization_version", std::uint32_t{2});
   const auto specs = llama_tensor_specs(c);
   std::vector<const WeightTensor*> tensors{&w.token_embedding};
   for (const auto& l : w.layers)

@@ -55,6 +55,14 @@ class File {
   ValueType type_of(std::string_view key) const { return entry(key).type; }
   // Element type of an array value; throws if `key` is missing or not an array.
   ValueType array_type(std::string_view key) const { return array_entry(key).elem_type; }
+  // The value of `key` exactly as the file encodes it, type tag first (GGUF's layout, validated
+  // at open): copying it keeps every type, f64 arrays and bool arrays included, bit for bit.
+  std::span<const std::byte> encoded_value(std::string_view key) const {
+    const Entry& e = entry(key);
+    const std::uint64_t tag = e.value_offset - 4;
+    return file_->bytes().subspan(static_cast<std::size_t>(tag),
+                                  static_cast<std::size_t>(e.end - tag));
+  }
   std::vector<std::string> keys() const {
     std::vector<std::string> result;
     result.reserve(entries_.size());
@@ -171,6 +179,7 @@ class File {
     std::uint64_t count;         // string: byte length; array: element count
     std::uint64_t value_offset;  // where the value begins (after its type tag): error reports
     std::uint64_t payload;       // scalar bytes, string bytes, or the first array element
+    std::uint64_t end = 0;       // one past the value's last byte
   };
 
   // A bounds-checked cursor over the file: every read first proves the bytes exist.
@@ -369,6 +378,7 @@ class File {
       if (e.type == ValueType::boolean) check_bools(c.pos, 1, key);
       c.pos += fixed_size(e.type);
     }
+    e.end = c.pos;
     index_.emplace(key, entries_.size());
     entries_.push_back(std::move(e));
   }

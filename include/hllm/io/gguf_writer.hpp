@@ -95,6 +95,21 @@ class Writer {
     put(key, std::move(out));
   }
 
+  // Sets `key` to a value already in GGUF's encoding, type tag first (gguf::File::encoded_value):
+  // how metadata is copied from one file to another without decoding it.
+  void set_encoded(std::string_view key, std::span<const std::byte> value) {
+    if (value.size() < 4)
+      throw Error(ErrorKind::invalid_argument, "an encoded value starts with its type tag", {},
+                  std::string(key));
+    put(key, std::vector<std::byte>(value.begin(), value.end()));
+  }
+  // Whether `key` has been set.
+  bool has(std::string_view key) const {
+    for (const Kv& kv : kvs_)
+      if (kv.key == key) return true;
+    return false;
+  }
+
   // Sets general.alignment (a power of two) used to place the tensor data.
   void set_alignment(std::size_t alignment) {
     if (alignment == 0 || alignment > (std::size_t{1} << 30) || !std::has_single_bit(alignment))
