@@ -102,60 +102,13 @@ std::string read_file(const std::string& path) {
 // The rewriter: a file re-emitted through gguf::Writer, every key copied with its own type and
 // every tensor's bytes, with hooks to change keys and tensors on the way.
 
-template <class T>
-std::vector<T> narrowed(const std::vector<std::int64_t>& values) {
-  return std::vector<T>(values.begin(), values.end());
-}
-
-void copy_array(const gguf::File& src, const std::string& key, gguf::Writer& out) {
-  using VT = gguf::ValueType;
-  switch (src.array_type(key)) {
-    case VT::string: out.set(key, src.get_string_array(key)); return;
-    case VT::f32: out.set(key, src.get_float_array(key)); return;
-    case VT::f64: {
-      // The reader hands f64 arrays out as floats: exact for the sources used here (none has
-      // one), a rounding for others.
-      const std::vector<float> values = src.get_float_array(key);
-      out.set(key, std::vector<double>(values.begin(), values.end()));
-      return;
-    }
-    case VT::u8: out.set(key, narrowed<std::uint8_t>(src.get_int_array(key))); return;
-    case VT::i8: out.set(key, narrowed<std::int8_t>(src.get_int_array(key))); return;
-    case VT::u16: out.set(key, narrowed<std::uint16_t>(src.get_int_array(key))); return;
-    case VT::i16: out.set(key, narrowed<std::int16_t>(src.get_int_array(key))); return;
-    case VT::u32: out.set(key, narrowed<std::uint32_t>(src.get_int_array(key))); return;
-    case VT::i32: out.set(key, narrowed<std::int32_t>(src.get_int_array(key))); return;
-    case VT::u64: out.set(key, narrowed<std::uint64_t>(src.get_int_array(key))); return;
-    case VT::i64: out.set(key, src.get_int_array(key)); return;
-    default: break;
-  }
-  // (The reader has no getter for arrays of bools; no source file has one.)
-  throw std::logic_error("cannot copy the array of " +
-                         std::string(gguf::to_string(src.array_type(key))) + " " + key);
-}
-
+// One key copied with its own type, bit for bit (the library's way: encoded_value/set_encoded);
+// general.alignment through set_alignment, since the writer places the data by it.
 void copy_value(const gguf::File& src, const std::string& key, gguf::Writer& out) {
-  using VT = gguf::ValueType;
-  if (key == gguf::kAlignmentKey) {  // the writer must also place the data by it
+  if (key == gguf::kAlignmentKey)
     out.set_alignment(static_cast<std::size_t>(src.get_int(key)));
-    return;
-  }
-  switch (src.type_of(key)) {
-    case VT::u8: out.set(key, static_cast<std::uint8_t>(src.get_int(key))); return;
-    case VT::i8: out.set(key, static_cast<std::int8_t>(src.get_int(key))); return;
-    case VT::u16: out.set(key, static_cast<std::uint16_t>(src.get_int(key))); return;
-    case VT::i16: out.set(key, static_cast<std::int16_t>(src.get_int(key))); return;
-    case VT::u32: out.set(key, static_cast<std::uint32_t>(src.get_int(key))); return;
-    case VT::i32: out.set(key, static_cast<std::int32_t>(src.get_int(key))); return;
-    case VT::u64: out.set(key, static_cast<std::uint64_t>(src.get_int(key))); return;
-    case VT::i64: out.set(key, src.get_int(key)); return;
-    case VT::f32: out.set(key, static_cast<float>(src.get_float(key))); return;
-    case VT::f64: out.set(key, src.get_float(key)); return;
-    case VT::boolean: out.set(key, src.get_bool(key)); return;
-    case VT::string: out.set(key, src.get_string(key)); return;
-    case VT::array: copy_array(src, key, out); return;
-  }
-  throw std::logic_error("unknown value type of " + key);
+  else
+    out.set_encoded(key, src.encoded_value(key));
 }
 
 struct Edits {
