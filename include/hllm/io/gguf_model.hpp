@@ -228,20 +228,6 @@ inline void check_no_unused_tensors(const gguf::File& f, const ModelConfig& c,
   }
 }
 
-// The tokenizer must have exactly one token per embedding row, as llama.cpp requires: more
-// would produce ids the model cannot take, fewer leaves rows no text can reach (a truncated token
-// array). Converters pad the token list when they pad the embedding.
-inline void check_tokenizer_size(const gguf::File& f, const ModelConfig& c) {
-  constexpr const char* kTokens = "tokenizer.ggml.tokens";
-  if (!f.has(kTokens)) return;
-  const std::size_t n = f.array_size(kTokens);
-  if (n != static_cast<std::size_t>(c.vocab_size))
-    throw Error(ErrorKind::format,
-                "the tokenizer has " + std::to_string(n) + " tokens but the model's vocabulary (" +
-                    "token_embd.weight rows) has " + std::to_string(c.vocab_size),
-                f.path(), kTokens);
-}
-
 }  // namespace detail
 
 // Builds a model from an already parsed file (e.g. gguf::File::from_memory).
@@ -257,7 +243,7 @@ inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file,
     return w;
   });
   detail::check_no_unused_tensors(*file, m.config, used);
-  detail::check_tokenizer_size(*file, m.config);
+  gguf::check_token_count(*file);
   repack_weights(m.weights, options, file->is_mapped());
   m.weights.storage = file;
   m.file = std::move(file);

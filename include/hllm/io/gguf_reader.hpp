@@ -29,6 +29,30 @@
 
 namespace hllm::gguf {
 
+// Quotes and escapes a string for one-line display in messages; cuts it after `max_shown`
+// bytes.
+inline std::string quote(std::string_view s, std::size_t max_shown = 80) {
+  std::string text = "\"";
+  for (std::size_t i = 0; i < s.size() && i < max_shown; ++i) {
+    const auto ch = static_cast<unsigned char>(s[i]);
+    if (ch == '"' || ch == '\\') {
+      text += '\\';
+      text += static_cast<char>(ch);
+    } else if (ch == '\n') {
+      text += "\\n";
+    } else if (ch < 0x20 || ch == 0x7f) {
+      char buffer[8];
+      std::snprintf(buffer, sizeof buffer, "\\x%02x", ch);
+      text += buffer;
+    } else {
+      text += static_cast<char>(ch);
+    }
+  }
+  text += '"';
+  if (s.size() > max_shown) text += "... (" + std::to_string(s.size()) + " bytes)";
+  return text;
+}
+
 class File {
  public:
   // Maps `path` and parses it.
@@ -524,30 +548,6 @@ class File {
     }
   }
 
-  // Quotes and escapes a string for one-line display; cuts it after 80 bytes.
-  static std::string quote(std::string_view s) {
-    constexpr std::size_t kMaxShown = 80;
-    std::string text = "\"";
-    for (std::size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
-      const auto ch = static_cast<unsigned char>(s[i]);
-      if (ch == '"' || ch == '\\') {
-        text += '\\';
-        text += static_cast<char>(ch);
-      } else if (ch == '\n') {
-        text += "\\n";
-      } else if (ch < 0x20 || ch == 0x7f) {
-        char buffer[8];
-        std::snprintf(buffer, sizeof buffer, "\\x%02x", ch);
-        text += buffer;
-      } else {
-        text += static_cast<char>(ch);
-      }
-    }
-    text += '"';
-    if (s.size() > kMaxShown) text += "... (" + std::to_string(s.size()) + " bytes)";
-    return text;
-  }
-
   std::shared_ptr<const io::MappedFile> file_;  // heap-held: tensor data pointers stay valid
   std::uint32_t version_ = 0;
   std::size_t alignment_ = kDefaultAlignment;
@@ -557,5 +557,31 @@ class File {
   std::vector<TensorInfo> tensors_;  // in file order
   std::map<std::string, std::size_t, std::less<>> tensor_index_;
 };
+
+// The token array (tokenizer.ggml.tokens) against the vocabulary size the rest of the file
+// states (<arch>.vocab_size, token_embd.weight's rows): exactly one token per row, as llama.cpp
+// requires. More tokens would produce ids the model cannot take, fewer leave rows no text can
+// reach (a truncated array); converters pad the token list when they pad the embedding. Checked
+// by the model loader and by vocabulary_from_gguf, so a tokenizer-only use of a file is held to
+// it too.
+inline void check_token_count(const File& f) {
+  constexpr const char* kTokens = "tokenizer.ggml.tokens";
+  if (!f.has(kTokens)) return;
+  const std::size_t n = f.array_size(kTokens);
+  const std::string tokens = "the tokenizer has " + std::to_string(n) + " tokens";
+  if (const TensorInfo* embd = f.find_tensor("token_embd.weight");
+      embd != nullptr && embd->dims.size() >= 2 && embd->dims[1] != n)
+    throw Error(ErrorKind::format,
+                tokens + " but the model's vocabulary (token_embd.weight rows) has " +
+                    std::to_string(embd->dims[1]),
+                f.path(), kTokens);
+  const std::string arch = f.get_string_or("general.architecture", "");
+  const std::string size_key = arch + ".vocab_size";
+  if (!arch.empty() && f.has(size_key) && f.type_of(size_key) != ValueType::string &&
+      f.get_int(size_key) != static_cast<std::int64_t>(n))
+    throw Error(ErrorKind::format,
+                tokens + " but " + size_key + " is " + std::to_string(f.get_int(size_key)),
+                f.path(), kTokens);
+}
 
 }  // namespace hllm::gguf

@@ -38,22 +38,6 @@ struct VocabularyOptions {
 
 namespace detail {
 
-// A token's text for a message: printable ASCII as is, anything else as \xNN.
-inline std::string quoted_token(std::string_view text) {
-  std::string out = "'";
-  for (char c : text.substr(0, 40)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f) {
-      out += c;
-    } else {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", u);
-      out += hex;
-    }
-  }
-  return out + (text.size() > 40 ? "...'" : "'");
-}
-
 // The checks of what a vocabulary's parts mean, beyond their syntax: the model's own tokens are
 // there, types are real types, merges join real tokens. A file that fails one would tokenize
 // into garbage (or nothing) without an error anywhere else.
@@ -97,42 +81,22 @@ inline void check_vocabulary_content(const Vocabulary& v, const gguf::File& file
         fail("model",
              "a byte-level BPE ('gpt2') vocabulary needs a token for each byte of "
              "UTF-8 text; this one has none for byte " +
-                 std::to_string(b) + " " + quoted_token(text) +
+                 std::to_string(b) + " " + gguf::quote(text) +
                  " (a SentencePiece vocabulary is model 'llama')");
     }
     for (std::size_t i = 0; i < v.merges.size(); ++i) {
       const std::string& merge = v.merges[i];
       const std::size_t space = merge.find(' ', 1);
-      const std::string where = "merge " + std::to_string(i) + " " + quoted_token(merge);
+      const std::string where = "merge " + std::to_string(i) + " " + gguf::quote(merge);
       if (space == std::string::npos || space + 1 >= merge.size() ||
           merge.find(' ', space + 1) != std::string::npos)
         fail("merges", where + " is not two tokens separated by one space");
       for (std::string_view part :
            {std::string_view(merge).substr(0, space), std::string_view(merge).substr(space + 1)})
         if (tokens.find(part) == tokens.end())
-          fail("merges", where + ": " + quoted_token(part) + " is not a token");
+          fail("merges", where + ": " + gguf::quote(part) + " is not a token");
     }
   }
-}
-
-// The vocabulary's size as the rest of the file states it (llama.vocab_size, the embedding's
-// rows): the token array must match, or ids and rows disagree.
-inline void check_vocabulary_size(const Vocabulary& v, const gguf::File& file) {
-  const std::string count = std::to_string(v.tokens.size());
-  const std::string arch = file.get_string_or("general.architecture", "");
-  const std::string size_key = arch + ".vocab_size";
-  if (!arch.empty() && file.has(size_key) && file.type_of(size_key) != gguf::ValueType::string &&
-      file.get_int(size_key) != static_cast<std::int64_t>(v.tokens.size()))
-    throw Error(ErrorKind::format,
-                "the token array has " + count + " tokens but " + size_key + " is " +
-                    std::to_string(file.get_int(size_key)),
-                file.path(), "tokenizer.ggml.tokens");
-  if (const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
-      embd != nullptr && embd->dims.size() >= 2 && embd->dims[1] != v.tokens.size())
-    throw Error(ErrorKind::format,
-                "the token array has " + count + " tokens but token_embd.weight has " +
-                    std::to_string(embd->dims[1]) + " rows",
-                file.path(), "tokenizer.ggml.tokens");
 }
 
 }  // namespace detail
@@ -176,9 +140,9 @@ inline Vocabulary vocabulary_from_gguf(const gguf::File& file,
       // other value would make the token unreachable or invisible.
       const std::int64_t t = types[i];
       if (t < 1 || t > 6)
-        fail(key("token_type"), "token " + std::to_string(i) + " " +
-                                    detail::quoted_token(v.tokens[i]) + " has type " +
-                                    std::to_string(t) + ", outside 1 (normal) to 6 (byte)");
+        fail(key("token_type"), "token " + std::to_string(i) + " " + gguf::quote(v.tokens[i]) +
+                                    " has type " + std::to_string(t) +
+                                    ", outside 1 (normal) to 6 (byte)");
       v.token_types.push_back(static_cast<std::int32_t>(t));
     }
   }
@@ -231,7 +195,7 @@ inline Vocabulary vocabulary_from_gguf(const gguf::File& file,
   } catch (const Error& e) {
     throw Error(ErrorKind::format, e.message(), file.path(), key(e.field()));
   }
-  detail::check_vocabulary_size(v, file);
+  gguf::check_token_count(file);
   if (is_bpe) {
     // llama.cpp reads a missing key as "default" (files older than the key); an empty or unknown
     // name is refused, unless the caller names a fallback.
