@@ -2,7 +2,7 @@
 //
 //   hllm-bench (-m FILE.gguf | --preset NAME --type TYPE) [-p 512] [-n 128] [-r 3] [-t N]
 //              [--isa scalar|avx2|avx512] [--repack auto|never|always]
-//              [--kv-type f32|f16|bf16|q8_0] [-o md|json]
+//              [--kv-type f32|f16|bf16|q8_0] [-o md|json] [--log-disable]
 //   hllm-bench --preset NAME --type TYPE --save FILE.gguf [--vocab VOCAB.gguf]
 //
 // In the same run it measures this machine's read bandwidth and arithmetic peaks (FP32 FMA, and
@@ -14,6 +14,10 @@
 // --save writes the synthetic model (preset + type) as a GGUF file that llama.cpp and
 // ik_llama.cpp load, with a synthetic SentencePiece vocabulary of the preset's size (or the
 // tokenizer of VOCAB.gguf), and exits: the same weights then run in both programs.
+//
+// While it runs, stderr says which test of how many is running and which run of it
+// ("[1/2] pp512 q4_0 t=2: run 2/3"; one line redrawn on a terminal, a line each elsewhere), so
+// stdout holds only the results; --log-disable leaves stderr to errors.
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "common/cli.hpp"
+#include "common/progress.hpp"
 #include "common/synthetic.hpp"
 #include "hllm/hllm.hpp"
 #include "hllm/io/gguf_model.hpp"
@@ -47,6 +52,7 @@ struct Options {
   std::optional<hllm::Isa> isa;
   std::string repack = "auto";
   hllm::cli::KvType kv_type = hllm::cli::KvType::f32;
+  bool log_disable = false;
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) {
@@ -434,7 +440,18 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
                                       .threads = o.threads,
                                       .isa = o.isa});
 
+  // Which test of how many runs, on stderr: "[1/2] pp512 q4_0 t=2: run 2/3".
+  hllm::examples::ProgressPrinter progress({.enabled = !o.log_disable});
+  const std::size_t tests = (o.prompt_tokens > 0 ? 1 : 0) + (o.gen_tokens > 0 ? 1 : 0);
+  const auto show = [&](std::size_t test, const std::string& name, std::size_t run) {
+    const std::string what =
+        run == 0 ? "warm-up" : "run " + std::to_string(run) + "/" + std::to_string(o.reps);
+    progress.status("[" + std::to_string(test) + "/" + std::to_string(tests) + "] " + name + " " +
+                    type_name + " t=" + std::to_string(session.threads()) + ": " + what);
+  };
+
   hllm::ThreadPool probe_pool(session.threads());
+  progress.status("measuring read bandwidth and arithmetic peaks");
   Bandwidth bw = measure_read_bandwidth(probe_pool);  // again after the tests
   const Peaks peaks = measure_peaks(probe_pool, session.isa());
   const hllm::ModelWeights& w = model.weights();
@@ -461,15 +478,18 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
   for (std::size_t i = 0; i < prompt.size(); ++i)
     prompt[i] = static_cast<std::int32_t>((i * 7919 + 13) % std::size_t(config.vocab_size));
   if (o.prompt_tokens > 0) {
+    const std::string name = "pp" + std::to_string(o.prompt_tokens);
+    show(1, name, 0);
     session.prefill(prompt);  // warm-up: page in the weights
     std::vector<double> rates;
     for (std::size_t r = 0; r < o.reps; ++r) {
+      show(1, name, r + 1);
       session.reset();
       const auto start = Clock::now();
       session.prefill(prompt);
       rates.push_back(double(o.prompt_tokens) / seconds(start, Clock::now()));
     }
-    Measurement m = summarize("pp" + std::to_string(o.prompt_tokens), rates);
+    Measurement m = summarize(name, rates);
     // Float32 work on the FP32 peak: attention, 4·n_heads·head_dim FLOPs per visible key (keys
     // average p/2), and the output projection, which runs for the last token only (the whole
     // prompt is one chunk) with float32 activations.
@@ -480,8 +500,10 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
     results.push_back(m);
   }
   if (o.gen_tokens > 0) {
+    const std::string name = "tg" + std::to_string(o.gen_tokens);
     std::vector<double> rates;
     for (std::size_t r = 0; r < o.reps + 1; ++r) {  // the first pass is a warm-up
+      show(tests, name, r);
       session.reset();
       std::int32_t token = 1;
       const auto start = Clock::now();
@@ -491,13 +513,15 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
       }
       if (r > 0) rates.push_back(double(o.gen_tokens) / seconds(start, Clock::now()));
     }
-    Measurement m = summarize("tg" + std::to_string(o.gen_tokens), rates);
+    Measurement m = summarize(name, rates);
     m.bytes_per_token = weight_bytes + kv_bytes_per_position * double(o.gen_tokens) / 2.0;
     results.push_back(m);
   }
 
   // The second probe; the decode fractions are against the better of the two.
+  progress.status("measuring read bandwidth again");
   bw.merge(measure_read_bandwidth(probe_pool));
+  progress.finish();  // the results start on a line of their own
   const double bandwidth = bw.best;
   for (Measurement& m : results)
     if (m.test[0] == 't') m.roofline_fraction = m.mean * m.bytes_per_token / bandwidth;
@@ -574,6 +598,8 @@ int main(int argc, char** argv) {
              "the ISA that runs prefer it, i.e. AVX-512 VNNI)");
   cli.kv_type(o.kv_type);
   cli.choice("-o,--output", o.output, {"md", "json"}, "Output format");
+  cli.flag("--log-disable", o.log_disable,
+           "Print nothing on stderr but errors (no progress of the tests or the load)");
   cli.path("--save", o.save_path, "Write the synthetic model as GGUF and exit");
   cli.path("--vocab", o.vocab_path, "With --save: the tokenizer of this GGUF file");
   cli.parse(argc, argv);
@@ -619,7 +645,8 @@ int main(int argc, char** argv) {
       hllm::GgufModel loaded = hllm::load_gguf_model(o.model_path, {.repack = hllm::Repack::never});
       config = loaded.config;
       weights = std::move(loaded.weights);
-      hllm::repack_weights(weights, plan, loaded.file->is_mapped());
+      hllm::repack_weights(weights, plan, loaded.file->is_mapped(),
+                           hllm::examples::load_progress(!o.log_disable));
       model_name = o.model_path;
       type_name = hllm::dtype_name(hllm::file_type_of(weights.layers.at(0).wq.type));
     } else {
@@ -634,7 +661,8 @@ int main(int argc, char** argv) {
       // In memory, not a file mapping: the source stays (and so does its memory), so nothing is
       // moved just for huge pages.
       hllm::repack_weights(weights,
-                           {.interleave = plan.interleave, .bf16_panels = plan.bf16_panels}, false);
+                           {.interleave = plan.interleave, .bf16_panels = plan.bf16_panels}, false,
+                           hllm::examples::load_progress(!o.log_disable));
       model_name = o.preset + " (synthetic)";
       type_name = hllm::dtype_name(type);
     }

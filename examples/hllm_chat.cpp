@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/cli.hpp"
+#include "common/progress.hpp"
 #include "hllm/hllm.hpp"
 #include "hllm/io/input_file.hpp"
 
@@ -104,7 +105,8 @@ int main(int argc, char** argv) {
     if (!options.log_disable) std::fprintf(stderr, format, args...);
   };
   try {
-    hllm::GgufModel loaded = hllm::load_gguf_model(options.model_path);
+    hllm::GgufModel loaded = hllm::load_gguf_model(
+        options.model_path, {.progress = hllm::examples::load_progress(!options.log_disable)});
     const hllm::Tokenizer tokenizer(hllm::vocabulary_from_gguf(*loaded.file, options.vocabulary));
     hllm::ChatFormat format{};
     try {

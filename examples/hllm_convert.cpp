@@ -1,11 +1,14 @@
 // hllm-convert: converts a model to a GGUF file of a chosen weight type, with our GGUF writer.
 //
 //   hllm-convert -i INPUT -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0] [--tokenizer tokenizer.bin]
+//                [--log-disable]
 //
 // INPUT is a GGUF file, a Hugging Face checkpoint (a directory with config.json and
 // model.safetensors or an index), or a llama2.c checkpoint (.bin, with --tokenizer for its
 // tokenizer.bin). Hugging Face q/k weights are permuted into the interleaved RoPE layout, as
-// llama.cpp's converter does; a GGUF input keeps its tokenizer.
+// llama.cpp's converter does; a GGUF input keeps its tokenizer. Progress goes to stderr, a line
+// per tensor ("quantizing  4/57 blk.0.attn_k.weight"; one line redrawn on a terminal), so that
+// stdout holds only the summary; --log-disable leaves stderr to errors.
 
 #include <unistd.h>
 
@@ -17,6 +20,7 @@
 #include <string>
 
 #include "common/cli.hpp"
+#include "common/progress.hpp"
 #include "hllm/io/convert.hpp"
 #include "hllm/io/gguf_model.hpp"
 #include "hllm/io/hf_model.hpp"
@@ -37,6 +41,7 @@ bool starts_with_magic(const std::string& path, const char* magic) {
 
 int main(int argc, char** argv) {
   std::string input, output, tokenizer_path, type_name = "f16";
+  bool log_disable = false;
   hllm::cli::Parser cli("hllm-convert",
                         "Converts a model (GGUF, Hugging Face or llama2.c) to a GGUF file.");
   cli.path("-i,--input", input,
@@ -46,6 +51,7 @@ int main(int argc, char** argv) {
   cli.path("-o,--output", output, "The GGUF file to write (required)")->required();
   cli.text("--type", type_name, "Weight type (default f16)")->type_name("f32|f16|bf16|q8_0|q4_0");
   cli.path("--tokenizer", tokenizer_path, "A llama2.c tokenizer.bin for a llama2.c checkpoint");
+  cli.flag("--log-disable", log_disable, "Print nothing on stderr but errors (no progress)");
   cli.parse(argc, argv);
   hllm::DType type = hllm::DType::f16;
   try {
@@ -65,7 +71,8 @@ int main(int argc, char** argv) {
       config = m.config;
       weights = std::move(m.weights);
     } else if (starts_with_magic(input, "GGUF")) {
-      hllm::GgufModel m = hllm::load_gguf_model(input);
+      // In the file's layout: every tensor is read once, so a repack would only cost a copy.
+      hllm::GgufModel m = hllm::load_gguf_model(input, {.repack = hllm::Repack::never});
       if (m.file->has("tokenizer.ggml.model")) vocabulary = hllm::vocabulary_from_gguf(*m.file);
       source = m.file;
       config = m.config;
@@ -78,7 +85,8 @@ int main(int argc, char** argv) {
     if (!tokenizer_path.empty())
       vocabulary = hllm::llama2c::load_vocabulary(tokenizer_path,
                                                   static_cast<std::size_t>(config.vocab_size));
-    const hllm::ConvertedModel converted = hllm::convert_model(config, weights, type);
+    const hllm::ConvertedModel converted = hllm::convert_model(
+        config, weights, type, hllm::examples::progress_callback({.enabled = !log_disable}));
     hllm::save_gguf_model(output, converted.config, converted.weights, [&](hllm::gguf::Writer& w) {
       if (vocabulary) hllm::write_vocabulary(w, *vocabulary);
       // Everything else the source said (chat template, licence, general.*, ...) is kept.

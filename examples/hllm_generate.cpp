@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/cli.hpp"
+#include "common/progress.hpp"
 #include "common/synthetic.hpp"
 #include "hllm/hllm.hpp"
 #include "hllm/io/gguf_model.hpp"
@@ -154,8 +155,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<hllm::Tokenizer> tokenizer;
     std::string model_name;
     if (!options.model_path.empty()) {
-      hllm::GgufModel loaded =
-          hllm::load_gguf_model(options.model_path, {.check_finite = options.check_finite});
+      hllm::GgufModel loaded = hllm::load_gguf_model(
+          options.model_path, {.check_finite = options.check_finite,
+                               .progress = hllm::examples::load_progress(!options.log_disable)});
       if (loaded.file->has("tokenizer.ggml.model"))
         tokenizer = std::make_unique<hllm::Tokenizer>(
             hllm::vocabulary_from_gguf(*loaded.file, options.vocabulary));

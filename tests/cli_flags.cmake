@@ -138,3 +138,29 @@ if(EXISTS ${HLLM_FX})
     "chat format: chatml.*\\[prompt [0-9]+ tokens, [0-9.]+ tokens/s. reply [0-9]+ tokens, [0-9.]+ tokens/s\\]"
     ${HLLM_CLI_DATA}/prompt.txt ${chat} -m ${HLLM_FX} --chat-template=${HLLM_CLI_DATA}/chatml.jinja -n 4 -c 128 -t 2)
 endif()
+
+# Progress of long work goes to stderr, so stdout keeps only the data. Away from a terminal it
+# is plain lines with no carriage return ('\r' redraws one line on a terminal only): NL below is
+# a line end that is not '\r'. --log-disable leaves stderr empty.
+string(ASCII 13 HLLM_CR)
+set(NL "[^[:print:]${HLLM_CR}]")
+set(convert $<TARGET_FILE:hllm-convert>)
+set(bench $<TARGET_FILE:hllm-bench>)
+# A line per tensor, 57 of them in the bundled model's order.
+hllm_cli_case(convert_progress_lines 0 "^wrote [^ ]*progress-q8_0.gguf: Q8_0 weights, 6 layers"
+  "^quantizing  1/57 token_embd\\.weight${NL}(quantizing [ 0-9]{2}/57 blk\\.[0-5]\\.[a-z_]+\\.weight${NL}){54}quantizing 56/57 output_norm\\.weight${NL}quantizing 57/57 output\\.weight${NL}$"
+  - ${convert} -i ${HLLM_KJV} -o ${CMAKE_CURRENT_BINARY_DIR}/progress-q8_0.gguf --type q8_0)
+hllm_cli_case(convert_progress_f32 0 "^wrote .*: F32 weights"
+  "^converting  1/57 token_embd\\.weight${NL}.*converting 57/57 output\\.weight${NL}$"
+  - ${convert} -i ${HLLM_KJV} -o ${CMAKE_CURRENT_BINARY_DIR}/progress-f32.gguf --type f32)
+hllm_cli_case(convert_log_disable 0 "^wrote [^ ]*progress-quiet.gguf: Q4_0 weights" "EMPTY"
+  - ${convert} -i ${HLLM_KJV} -o ${CMAKE_CURRENT_BINARY_DIR}/progress-quiet.gguf --type q4_0
+    --log-disable)
+# hllm-bench: which test of how many runs, and which run of it; the table alone on stdout (it
+# holds no '['). The bundled model loads too fast for a load line (those wait half a second).
+hllm_cli_case(bench_progress_lines 0
+  "^read bandwidth [^[]*\\| pp8 \\|[^[]*\\| tg4 \\|[^[]*$"
+  "^measuring read bandwidth and arithmetic peaks${NL}\\[1/2\\] pp8 F16 t=2: warm-up${NL}\\[1/2\\] pp8 F16 t=2: run 1/1${NL}\\[2/2\\] tg4 F16 t=2: warm-up${NL}\\[2/2\\] tg4 F16 t=2: run 1/1${NL}measuring read bandwidth again${NL}$"
+  - ${bench} -m ${HLLM_KJV} -p 8 -n 4 -r 1 -t 2)
+hllm_cli_case(bench_log_disable 0 "^\\[.*\"test\": \"tg4\"" "EMPTY"
+  - ${bench} -m ${HLLM_KJV} -p 0 -n 4 -r 1 -t 2 -o json --log-disable)

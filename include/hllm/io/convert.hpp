@@ -3,7 +3,8 @@
 // q8_0, q4_0) and, for checkpoints in the half-split (neox) RoPE layout, permutes the q/k rows
 // into the interleaved layout that GGUF `llama` files use, exactly as llama.cpp's
 // convert_hf_to_gguf.py does. The result owns its bytes and can be written with
-// save_gguf_model. Norm weights stay f32.
+// save_gguf_model. Norm weights stay f32. `progress` (io/progress.hpp) hears of each tensor
+// converted, as stage "quantizing" for a block type (q8_0, q4_0) and "converting" otherwise.
 
 #include <cstddef>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/io/progress.hpp"
 #include "hllm/io/quantize.hpp"
 #include "hllm/kernels/reference.hpp"
 #include "hllm/model/config.hpp"
@@ -38,7 +40,7 @@ inline std::size_t neox_source_row(std::size_t r, std::size_t head_dim, std::siz
 }  // namespace detail
 
 inline ConvertedModel convert_model(const ModelConfig& config, const ModelWeights& weights,
-                                    DType type) {
+                                    DType type, const ProgressCallback& progress = {}) {
   config.validate();
   validate_weights(config, weights);
   ConvertedModel out{config, {}};
@@ -48,6 +50,10 @@ inline ConvertedModel convert_model(const ModelConfig& config, const ModelWeight
   const std::size_t rot_dims =
       config.rope.rot_dims != 0 ? static_cast<std::size_t>(config.rope.rot_dims) : head_dim;
 
+  const auto specs = llama_tensor_specs(config);
+  DTypeInfo info{};
+  const char* stage =
+      dtype_info(type, info) && info.block_elements > 1 ? "quantizing" : "converting";
   auto storage = std::make_shared<std::vector<std::vector<std::byte>>>();
   std::vector<WeightTensor> converted;
   auto convert = [&](const WeightTensor& t, const TensorSpec& spec) {
@@ -61,8 +67,8 @@ inline ConvertedModel convert_model(const ModelConfig& config, const ModelWeight
     const DType stored = spec.is_norm ? DType::f32 : type;
     storage->push_back(quant::quantize(stored, values));
     converted.push_back({stored, storage->back().data(), t.rows, t.cols, spec.name});
+    detail::report_progress(progress, stage, converted.size(), specs.size(), spec.name);
   };
-  const auto specs = llama_tensor_specs(config);
   std::size_t index = 0;
   convert(weights.token_embedding, specs[index++]);
   for (const auto& l : weights.layers)

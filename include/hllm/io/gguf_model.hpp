@@ -23,6 +23,7 @@
 #include "hllm/io/gguf_reader.hpp"
 #include "hllm/io/gguf_writer.hpp"
 #include "hllm/io/load_options.hpp"
+#include "hllm/io/progress.hpp"
 #include "hllm/model/config.hpp"
 #include "hllm/model/finite_check.hpp"
 #include "hllm/model/repack.hpp"
@@ -237,9 +238,13 @@ inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file,
   m.config = detail::gguf_llama_config(*file);
   // (rope_freqs.weight needs no option: RoPE always refuses non-finite factors.)
   std::set<std::string, std::less<>> used{"rope_freqs.weight"};  // read by gguf_llama_config
+  const std::size_t tensors = llama_tensor_count(m.config);
+  std::size_t checked = 0;
   m.weights = assemble_weights(m.config, [&](const TensorSpec& spec) {
     WeightTensor w = detail::gguf_weight(*file, spec, options);
     used.insert(spec.name);
+    if (options.check_finite)  // the one slow part of this loop: it reads every byte
+      detail::report_progress(options.progress, "checking", ++checked, tensors, spec.name);
     return w;
   });
   detail::check_no_unused_tensors(*file, m.config, used);

@@ -1,6 +1,8 @@
 #pragma once
 // Options shared by the model loaders (load_gguf_model, load_hf_model, load_llama2c_model).
 
+#include "hllm/io/progress.hpp"
+
 namespace hllm {
 
 // Load-time relayout of the projection weights for decode (model/repack.hpp): the blocks'
@@ -30,6 +32,11 @@ struct LoadOptions {
   bool check_finite = false;
   // Costs one copy of the projection weights at load.
   Repack repack = Repack::automatic;
+  // Called per tensor during the slow parts of a load (io/progress.hpp): stage "checking" for
+  // check_finite, "repacking" for the repack, which reads every page of the file. Mapping a file
+  // and validating its tensors takes milliseconds and reports nothing. load_gguf_model reports;
+  // the Hugging Face and llama2.c loaders do not yet.
+  ProgressCallback progress;
 };
 
 }  // namespace hllm

@@ -159,8 +159,11 @@ struct RepackPlan {
 // F32 or F16 keeps its layout: it runs on the exact, dequantizing path (Llama::forward), which
 // reads rows one at a time. release_source: the source bytes are this process's private file
 // mapping, whose pages are dropped tensor by tensor (see detail::release_mapped_pages), so the peak
-// resident size grows by about one tensor, not by the total.
-inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_source) {
+// resident size grows by about one tensor, not by the total. progress: stage "repacking", once per
+// tensor moved; the views change only after the last one, so a throw (the callback's, to cancel)
+// leaves `weights` as they were.
+inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_source,
+                           const ProgressCallback& progress = {}) {
   struct Target {
     WeightTensor* w;
     DType to;
@@ -189,16 +192,21 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
   std::byte* buffer = storage.get();
 
   std::size_t offset = 0;
-  for (const Target& t : targets) {
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const Target& t = targets[i];
     const std::size_t bytes = t.w->bytes();
-    void* out = buffer + offset;
     if (t.to != t.w->type)
-      repack_tensor(*t.w, out);
+      repack_tensor(*t.w, buffer + offset);
     else
-      std::memcpy(out, t.w->data, bytes);
+      std::memcpy(buffer + offset, t.w->data, bytes);
     if (release_source) detail::release_mapped_pages(t.w->data, bytes);
+    offset += new_bytes(t);
+    detail::report_progress(progress, "repacking", i + 1, targets.size(), t.w->name);
+  }
+  offset = 0;
+  for (const Target& t : targets) {
     t.w->type = t.to;
-    t.w->data = out;
+    t.w->data = buffer + offset;
     offset += new_bytes(t);
   }
   weights.repacked_storage = std::move(storage);
@@ -224,7 +232,8 @@ inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table) {
 // would double it.
 inline void repack_weights(ModelWeights& weights, const LoadOptions& options, bool release_source) {
   if (options.repack == Repack::automatic && !release_source) return;
-  repack_weights(weights, repack_plan(options.repack, kernels::active()), release_source);
+  repack_weights(weights, repack_plan(options.repack, kernels::active()), release_source,
+                 options.progress);
 }
 
 }  // namespace hllm
