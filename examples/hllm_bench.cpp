@@ -51,7 +51,7 @@ struct Options {
   std::size_t prompt_tokens = 512, gen_tokens = 128, reps = 3, threads = 0;
   std::optional<hllm::Isa> isa;
   std::string repack = "auto";
-  hllm::cli::KvType kv_type = hllm::cli::KvType::f32;
+  hllm::KVType kv_type = hllm::KVType::f32;
   bool log_disable = false;
 };
 
@@ -427,18 +427,17 @@ Measurement summarize(std::string test, const std::vector<double>& rates) {
   return m;
 }
 
-// Runs the measurements on a model whose KV cache holds KV elements, and prints them.
-template <class KV>
+// Runs the measurements and prints them.
 void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::ModelWeights weights,
                    const std::string& model_name, const std::string& type_name) {
-  using Spec = hllm::ModelSpec<hllm::AnyWeight, KV>;
-  const hllm::Llama<Spec> model(config, std::move(weights));
+  const hllm::Llama<> model(config, std::move(weights));
   const std::size_t context = std::max<std::size_t>(o.prompt_tokens + o.gen_tokens + 1, 16);
   const bool repacked = weights_repacked(model.weights());
-  hllm::Session<Spec> session(model, {.context = context,
-                                      .max_batch = std::max<std::size_t>(o.prompt_tokens, 1),
-                                      .threads = o.threads,
-                                      .isa = o.isa});
+  hllm::Session<> session(model, {.context = context,
+                                  .max_batch = std::max<std::size_t>(o.prompt_tokens, 1),
+                                  .threads = o.threads,
+                                  .isa = o.isa,
+                                  .kv_type = o.kv_type});
 
   // Which test of how many runs, on stderr: "[1/2] pp512 q4_0 t=2: run 2/3".
   hllm::examples::ProgressPrinter progress({.enabled = !o.log_disable});
@@ -470,8 +469,8 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
   const hllm::WeightTensor& output = model.output_weight();
   weight_bytes += double(output.bytes());
   const double output_flops = 2.0 * double(output.rows) * double(output.cols);
-  const double kv_bytes_per_position = 2.0 * double(config.n_layers * config.kv_dim()) *
-                                       sizeof(KV) / hllm::kv_values_per_element<KV>;
+  const double kv_bytes_per_position =
+      double(session.kv_cache().bytes()) / double(session.context());
 
   std::vector<Measurement> results;
   std::vector<std::int32_t> prompt(o.prompt_tokens);
@@ -539,7 +538,7 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
           "\"peak_gops\": %.1f, \"peak_kind\": \"%s\", \"roofline\": \"%s\", "
           "\"roofline_fraction\": %.4f}%s\n",
           model_name.c_str(), m.test.c_str(), type_name.c_str(), repacked ? "true" : "false",
-          hllm::cli::to_string(o.kv_type), session.threads(), hllm::to_string(session.isa()),
+          hllm::to_string(session.kv_type()), session.threads(), hllm::to_string(session.isa()),
           m.mean, m.stddev, bandwidth / 1e9, bw.small / 1e9, bw.huge ? "true" : "false",
           peaks.fp32 / 1e9, peaks.int8 / 1e9, peaks.bf16 / 1e9, peak.ops / 1e9, peak.kind,
           m.test[0] == 't' ? "bandwidth" : peak.kind, m.roofline_fraction,
@@ -555,7 +554,7 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
     if (peaks.int8 > 0) std::printf(", %s int8 %.0f GOP/s", peaks.int8_kind, peaks.int8 / 1e9);
     if (peaks.bf16 > 0) std::printf(", BF16 %.0f GFLOP/s", peaks.bf16 / 1e9);
     std::printf(" (%zu threads, %s, %s KV cache)\n\n", session.threads(),
-                hllm::to_string(session.isa()), hllm::cli::to_string(o.kv_type));
+                hllm::to_string(session.isa()), hllm::to_string(session.kv_type()));
     std::printf("| model | type | weights | threads | test | t/s | of roofline |\n");
     std::printf("|---|---|---|---|---|---|---|\n");
     for (const Measurement& m : results) {
@@ -666,9 +665,7 @@ int main(int argc, char** argv) {
       model_name = o.preset + " (synthetic)";
       type_name = hllm::dtype_name(type);
     }
-    hllm::cli::with_kv_type(o.kv_type, [&]<class KV>() {
-      run_benchmark<KV>(o, config, std::move(weights), model_name, type_name);
-    });
+    run_benchmark(o, config, std::move(weights), model_name, type_name);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-bench: %s\n", e.what());

@@ -3,7 +3,8 @@
 //   hllm-generate [-m FILE.gguf] [-p PROMPT | -f FILE] [-n N] [-t N] [-c N] [-b N] [-s SEED]
 //                 [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
 //                 [--repeat-last-n N] [-e] [--ignore-eos] [--color] [--no-display-prompt]
-//                 [-i] [--log-disable] [--json] [--isa ISA] [--synthetic PRESET]
+//                 [-i | -cnv [--chat-template NAME|FILE]] [--log-disable] [--json] [--isa ISA]
+//                 [--synthetic PRESET]
 //                 [--check-finite] [--kv-type f32|f16|bf16|q8_0] [--pre-tokenizer NAME]
 //
 // Flags follow llama.cpp's spelling and meaning (--help lists them). Without -m it runs the
@@ -12,7 +13,8 @@
 // without a tokenizer takes the prompt as token ids and prints ids. Generation ends at the end
 // of text, after -n tokens (-1: no limit) or when the context is full; the statistics follow on
 // stderr in every case (--json: as one JSON object). -i reads more text from stdin after each
-// reply and continues the same sequence.
+// reply and continues the same sequence; -cnv chats in the model's chat format instead, as
+// hllm-chat does, with the prompt (if given) as the system message.
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -28,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "common/chat_loop.hpp"
 #include "common/cli.hpp"
 #include "common/progress.hpp"
 #include "common/synthetic.hpp"
@@ -54,12 +57,14 @@ struct Options {
   bool escape = false;
   int n_predict = 128;
   std::size_t threads = 0;
-  std::size_t context = 0;
+  std::size_t context = hllm::cli::kContextNotGiven;
   std::size_t batch = 64;
   std::optional<hllm::Isa> isa;
-  hllm::cli::KvType kv_type = hllm::cli::KvType::f32;
+  hllm::KVType kv_type = hllm::KVType::f32;
   bool check_finite = false;
   bool ignore_eos = false, color = false, no_display_prompt = false, interactive = false;
+  bool conversation = false;  // -cnv
+  std::string chat_template;  // -cnv's format: a name or a template file; empty: the model's
   bool log_disable = false, json = false;
   hllm::SamplerParams sampler{.seed = 42};
   bool seed_drawn = false;
@@ -78,7 +83,7 @@ Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
       [](int v) { return v >= -1 && v <= (1 << 20); },
       "Tokens to generate (-1: until the end of text or of the context)");
   cli.threads(o.threads);
-  cli.context(o.context, 0, hllm::kMaxContext, "Context size in tokens (0: the model's)");
+  cli.context(o.context, hllm::kMaxContext);
   cli.number_in<std::size_t>("-b,--batch-size", o.batch, 1, 65536, "a number of tokens",
                              "Tokens per forward pass while reading the prompt");
   cli.sampling(o.sampler);
@@ -87,6 +92,11 @@ Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
   cli.flag("--no-display-prompt", o.no_display_prompt, "Do not print the prompt");
   cli.flag("-i,--interactive", o.interactive,
            "After each reply, read more text from stdin and continue (EOF or /exit ends)");
+  cli.flag("--conversation", o.conversation,
+           "(also -cnv) Chat with the model in its chat format, a message a line from stdin (the "
+           "prompt, "
+           "if given, is the system message), as hllm-chat does");
+  hllm::cli::chat_template(cli, o.chat_template);
   cli.flag("--log-disable", o.log_disable, "Print nothing on stderr but errors (and --json)");
   cli.flag("--json", o.json, "Print the statistics as one JSON object on stderr");
   cli.text("--synthetic", o.synthetic,
@@ -153,7 +163,7 @@ int main(int argc, char** argv) {
     hllm::ModelConfig config;
     hllm::ModelWeights weights;
     std::unique_ptr<hllm::Tokenizer> tokenizer;
-    std::string model_name;
+    std::string model_name, model_template;
     if (!options.model_path.empty()) {
       hllm::GgufModel loaded = hllm::load_gguf_model(
           options.model_path, {.check_finite = options.check_finite,
@@ -161,6 +171,7 @@ int main(int argc, char** argv) {
       if (loaded.file->has("tokenizer.ggml.model"))
         tokenizer = std::make_unique<hllm::Tokenizer>(
             hllm::vocabulary_from_gguf(*loaded.file, options.vocabulary));
+      model_template = loaded.file->get_string_or("tokenizer.chat_template", "");
       config = loaded.config;
       weights = std::move(loaded.weights);
       model_name = options.model_path;
@@ -175,142 +186,158 @@ int main(int argc, char** argv) {
     if (options.escape) prompt_text = hllm::cli::process_escapes(prompt_text);
     const bool prompt_given = options.prompt_given || !options.prompt_file.empty();
 
-    // The cache's element type is a template parameter: one instantiation per --kv-type.
-    return hllm::cli::with_kv_type(options.kv_type, [&]<class KV>() -> int {
-      using Spec = hllm::ModelSpec<hllm::AnyWeight, KV>;
-      const hllm::Llama<Spec> model(config, std::move(weights));
-      hllm::Session<Spec> session(model, {.context = options.context,
-                                          .max_batch = options.batch,
-                                          .threads = options.threads,
-                                          .isa = options.isa});
-      const double load_seconds = seconds_since(load_start);
+    const hllm::Llama<> model(config, std::move(weights));
+    hllm::Session<> session(
+        model, {.context = hllm::cli::session_context(options.context, config.context_length),
+                .max_batch = options.batch,
+                .threads = options.threads,
+                .isa = options.isa,
+                .kv_type = options.kv_type});
+    const double load_seconds = seconds_since(load_start);
+    hllm::SamplerParams sampler_params = options.sampler;
+    sampler_params.repeat_last_n = options.parser->repeat_last_n(session.context());
+    hllm::Sampler sampler(sampler_params);
 
-      const std::vector<std::int32_t> prompt =
-          tokenizer ? tokenizer->encode(prompt_text)
-                    : parse_ids(prompt_given ? prompt_text : "1");  // 1: BOS
-      log("model: %s\n", model_name.c_str());
+    if (options.conversation) {
+      if (!tokenizer)
+        throw hllm::Error(hllm::ErrorKind::invalid_argument,
+                          "-cnv needs a model file with a tokenizer");
+      const hllm::ChatFormat format =
+          hllm::cli::resolve_chat_format(options.chat_template, model_template);
+      log("model: %s\nchat format: %s, context %zu tokens, ISA %s, %zu threads, KV cache %s\n",
+          model_name.c_str(), hllm::to_string(format), session.context(),
+          hllm::to_string(session.isa()), session.threads(), hllm::to_string(session.kv_type()));
       log("seed: %llu%s\n", static_cast<unsigned long long>(options.sampler.seed),
           options.seed_drawn ? " (random)" : "");
-      if (prompt.size() > session.context()) {
-        std::fprintf(stderr,
-                     "hllm-generate: the prompt is %zu tokens, more than the context of %zu "
-                     "tokens (-c)\n",
-                     prompt.size(), session.context());
-        return 1;
-      }
-      hllm::GenerateOptions generate_options{.max_tokens = options.n_predict};
-      std::optional<hllm::StreamingDecoder> stream;
-      const bool show_prompt = !options.no_display_prompt;
-      if (tokenizer) {
-        if (tokenizer->eos() >= 0 && !options.ignore_eos) generate_options.eos = tokenizer->eos();
-        stream.emplace(*tokenizer);
-        for (std::int32_t id : prompt) stream->push(id);  // so the continuation's spacing is right
-        if (show_prompt)
-          std::printf("%s%s%s", options.color ? "\x1b[33m" : "", prompt_text.c_str(),
-                      options.color ? "\x1b[0m" : "");
-      } else if (show_prompt) {
-        std::printf("prompt ids:");
-        for (auto t : prompt) std::printf(" %d", t);
-        std::printf("\ngenerated ids:");
-      }
+      hllm::Conversation chat(session, *tokenizer, format, prompt_given ? prompt_text : "");
+      return hllm::cli::run_chat_loop(chat, session, sampler,
+                                      {.program = "hllm-generate",
+                                       .max_reply = options.n_predict,
+                                       .log = !options.log_disable});
+    }
+
+    const std::vector<std::int32_t> prompt =
+        tokenizer ? tokenizer->encode(prompt_text)
+                  : parse_ids(prompt_given ? prompt_text : "1");  // 1: BOS
+    log("model: %s\n", model_name.c_str());
+    log("seed: %llu%s\n", static_cast<unsigned long long>(options.sampler.seed),
+        options.seed_drawn ? " (random)" : "");
+    if (prompt.size() > session.context()) {
+      std::fprintf(stderr,
+                   "hllm-generate: the prompt is %zu tokens, more than the context of %zu "
+                   "tokens (-c)\n",
+                   prompt.size(), session.context());
+      return 1;
+    }
+    hllm::GenerateOptions generate_options{.max_tokens = options.n_predict};
+    std::optional<hllm::StreamingDecoder> stream;
+    const bool show_prompt = !options.no_display_prompt;
+    if (tokenizer) {
+      if (tokenizer->eos() >= 0 && !options.ignore_eos) generate_options.eos = tokenizer->eos();
+      stream.emplace(*tokenizer);
+      for (std::int32_t id : prompt) stream->push(id);  // so the continuation's spacing is right
+      if (show_prompt)
+        std::printf("%s%s%s", options.color ? "\x1b[33m" : "", prompt_text.c_str(),
+                    options.color ? "\x1b[0m" : "");
+    } else if (show_prompt) {
+      std::printf("prompt ids:");
+      for (auto t : prompt) std::printf(" %d", t);
+      std::printf("\ngenerated ids:");
+    }
+    std::fflush(stdout);
+
+    // Totals over the turns (one without -i): the first token of a turn comes out of its
+    // prompt pass, the rest each cost one decode.
+    std::size_t prompt_tokens = 0, generated = 0, decoded = 0;
+    double prompt_seconds = 0, gen_seconds = 0;
+    hllm::StopReason reason = hllm::StopReason::max_tokens;
+    auto run_turn = [&](const std::vector<std::int32_t>& input) {
+      const auto start = std::chrono::steady_clock::now();
+      double first_at = -1;
+      const auto result =
+          hllm::generate(session, input, sampler, generate_options, [&](std::int32_t token) {
+            if (first_at < 0) first_at = seconds_since(start);
+            if (stream)
+              std::printf("%s", stream->push(token).c_str());
+            else
+              std::printf(" %d", token);
+            std::fflush(stdout);
+            return true;
+          });
+      if (stream) std::printf("%s", stream->flush().c_str());
       std::fflush(stdout);
+      const double total = seconds_since(start);
+      prompt_tokens += input.size();
+      prompt_seconds += first_at < 0 ? total : first_at;
+      gen_seconds += first_at < 0 ? 0 : total - first_at;
+      generated += result.tokens.size();
+      if (result.tokens.size() > 1) decoded += result.tokens.size() - 1;
+      reason = result.reason;
+      return result;
+    };
+    hllm::GenerateResult result = run_turn(prompt);
 
-      hllm::SamplerParams sampler_params = options.sampler;
-      sampler_params.repeat_last_n = options.parser->repeat_last_n(session.context());
-      hllm::Sampler sampler(sampler_params);
-      // Totals over the turns (one without -i): the first token of a turn comes out of its
-      // prompt pass, the rest each cost one decode.
-      std::size_t prompt_tokens = 0, generated = 0, decoded = 0;
-      double prompt_seconds = 0, gen_seconds = 0;
-      hllm::StopReason reason = hllm::StopReason::max_tokens;
-      auto run_turn = [&](const std::vector<std::int32_t>& input) {
-        const auto start = std::chrono::steady_clock::now();
-        double first_at = -1;
-        const auto result =
-            hllm::generate(session, input, sampler, generate_options, [&](std::int32_t token) {
-              if (first_at < 0) first_at = seconds_since(start);
-              if (stream)
-                std::printf("%s", stream->push(token).c_str());
-              else
-                std::printf(" %d", token);
-              std::fflush(stdout);
-              return true;
-            });
-        if (stream) std::printf("%s", stream->flush().c_str());
-        std::fflush(stdout);
-        const double total = seconds_since(start);
-        prompt_tokens += input.size();
-        prompt_seconds += first_at < 0 ? total : first_at;
-        gen_seconds += first_at < 0 ? 0 : total - first_at;
-        generated += result.tokens.size();
-        if (result.tokens.size() > 1) decoded += result.tokens.size() - 1;
-        reason = result.reason;
-        return result;
-      };
-      hllm::GenerateResult result = run_turn(prompt);
-
-      // -i: each line read is appended to the sequence, after the last generated token (which
-      // generate() sampled but never evaluated), and generation continues from it.
-      if (options.interactive && tokenizer) {
-        const bool tty = isatty(STDIN_FILENO) != 0;
-        std::string line;
-        while (reason != hllm::StopReason::context_full) {
-          if (tty) std::fprintf(stderr, "\n> ");
-          if (!hllm::io::read_line(std::cin, line, "standard input") || line == "/exit") break;
-          if (!line.empty() && line.back() == '\r') line.pop_back();
-          if (line.find_first_not_of(" \t") == std::string::npos) continue;
-          std::vector<std::int32_t> turn;
-          if (result.reason != hllm::StopReason::eos && !result.tokens.empty())
-            turn.push_back(result.tokens.back());
-          const auto text = tokenizer->encode(line + "\n", {.add_special = false});
-          turn.insert(turn.end(), text.begin(), text.end());
-          if (turn.size() > session.context() - session.position()) {
-            std::fprintf(stderr,
-                         "hllm-generate: that text is %zu tokens, more than the %zu left in the "
-                         "context; it was not added\n",
-                         turn.size(), session.context() - session.position());
-            continue;
-          }
-          for (std::int32_t id : text) stream->push(id);
-          if (!tty) std::printf("%s", line.c_str());
-          std::printf("\n");
-          result = run_turn(turn);
+    // -i: each line read is appended to the sequence, after the last generated token (which
+    // generate() sampled but never evaluated), and generation continues from it.
+    if (options.interactive && tokenizer) {
+      const bool tty = isatty(STDIN_FILENO) != 0;
+      std::string line;
+      while (reason != hllm::StopReason::context_full) {
+        if (tty) std::fprintf(stderr, "\n> ");
+        if (!hllm::io::read_line(std::cin, line, "standard input") || line == "/exit") break;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        std::vector<std::int32_t> turn;
+        if (result.reason != hllm::StopReason::eos && !result.tokens.empty())
+          turn.push_back(result.tokens.back());
+        const auto text = tokenizer->encode(line + "\n", {.add_special = false});
+        turn.insert(turn.end(), text.begin(), text.end());
+        if (turn.size() > session.context() - session.position()) {
+          std::fprintf(stderr,
+                       "hllm-generate: that text is %zu tokens, more than the %zu left in the "
+                       "context; it was not added\n",
+                       turn.size(), session.context() - session.position());
+          continue;
         }
+        for (std::int32_t id : text) stream->push(id);
+        if (!tty) std::printf("%s", line.c_str());
+        std::printf("\n");
+        result = run_turn(turn);
       }
+    }
 
-      rusage usage{};
-      getrusage(RUSAGE_SELF, &usage);
-      std::printf("\n\n");
-      std::fflush(stdout);  // the statistics go to stderr; keep them after the text
-      const double prompt_rate = prompt_seconds > 0 ? double(prompt_tokens) / prompt_seconds : 0;
-      const double gen_rate = decoded > 0 && gen_seconds > 0 ? double(decoded) / gen_seconds : 0;
-      const double rss_mib = double(usage.ru_maxrss) / 1024.0;
-      if (options.json) {
-        std::fprintf(stderr,
-                     "{\"load_s\": %.3f, \"prompt_tokens\": %zu, \"prompt_s\": %.3f, "
-                     "\"prompt_tokens_per_s\": %.2f, \"generated_tokens\": %zu, "
-                     "\"generation_s\": %.3f, \"generation_tokens_per_s\": %.2f, "
-                     "\"stop_reason\": \"%s\", \"context\": %zu, \"context_used\": %zu, "
-                     "\"seed\": %llu, \"isa\": \"%s\", \"threads\": %zu, \"kv_type\": \"%s\", "
-                     "\"peak_rss_mib\": %.1f}\n",
-                     load_seconds, prompt_tokens, prompt_seconds, prompt_rate, generated,
-                     gen_seconds, gen_rate, hllm::to_string(reason), session.context(),
-                     session.position(), static_cast<unsigned long long>(options.sampler.seed),
-                     hllm::to_string(session.isa()), session.threads(),
-                     hllm::cli::to_string(options.kv_type), rss_mib);
-        return 0;
-      }
-      log("load time: %.3f s\n", load_seconds);
-      log("prompt: %zu tokens, %.1f tokens/s\n", prompt_tokens, prompt_rate);
-      log("generated: %zu tokens, %.1f tokens/s (stopped: %s)\n", generated, gen_rate,
-          stop_words(reason));
-      if (reason == hllm::StopReason::context_full)
-        log("context: all %zu tokens used; a larger -c lets it go on\n", session.context());
-      log("ISA path: %s, %zu threads, KV cache %s\n", hllm::to_string(session.isa()),
-          session.threads(), hllm::cli::to_string(options.kv_type));
-      log("peak memory: %.1f MiB resident\n", rss_mib);
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    std::printf("\n\n");
+    std::fflush(stdout);  // the statistics go to stderr; keep them after the text
+    const double prompt_rate = prompt_seconds > 0 ? double(prompt_tokens) / prompt_seconds : 0;
+    const double gen_rate = decoded > 0 && gen_seconds > 0 ? double(decoded) / gen_seconds : 0;
+    const double rss_mib = double(usage.ru_maxrss) / 1024.0;
+    if (options.json) {
+      std::fprintf(stderr,
+                   "{\"load_s\": %.3f, \"prompt_tokens\": %zu, \"prompt_s\": %.3f, "
+                   "\"prompt_tokens_per_s\": %.2f, \"generated_tokens\": %zu, "
+                   "\"generation_s\": %.3f, \"generation_tokens_per_s\": %.2f, "
+                   "\"stop_reason\": \"%s\", \"context\": %zu, \"context_used\": %zu, "
+                   "\"seed\": %llu, \"isa\": \"%s\", \"threads\": %zu, \"kv_type\": \"%s\", "
+                   "\"peak_rss_mib\": %.1f}\n",
+                   load_seconds, prompt_tokens, prompt_seconds, prompt_rate, generated, gen_seconds,
+                   gen_rate, hllm::to_string(reason), session.context(), session.position(),
+                   static_cast<unsigned long long>(options.sampler.seed),
+                   hllm::to_string(session.isa()), session.threads(),
+                   hllm::to_string(session.kv_type()), rss_mib);
       return 0;
-    });
+    }
+    log("load time: %.3f s\n", load_seconds);
+    log("prompt: %zu tokens, %.1f tokens/s\n", prompt_tokens, prompt_rate);
+    log("generated: %zu tokens, %.1f tokens/s (stopped: %s)\n", generated, gen_rate,
+        stop_words(reason));
+    if (reason == hllm::StopReason::context_full)
+      log("context: all %zu tokens used; a larger -c lets it go on\n", session.context());
+    log("ISA path: %s, %zu threads, KV cache %s\n", hllm::to_string(session.isa()),
+        session.threads(), hllm::to_string(session.kv_type()));
+    log("peak memory: %.1f MiB resident\n", rss_mib);
+    return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-generate: %s\n", e.what());
     return 1;

@@ -14,6 +14,7 @@
 #include <future>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,7 +39,7 @@ int main(int argc, char** argv) try {
   std::printf("== generate\n");
   // [tour:generate]
   // A session is one sequence: its KV cache, activations and thread pool.
-  hllm::Session<> session(model, {.context = 256});  // also .threads, .isa, .exact
+  hllm::Session<> session(model, {.context = 256});  // also .threads, .isa, .kv_type, .exact
   hllm::Sampler sampler({.temperature = 0.8f, .top_k = 40, .seed = 42});
   hllm::StreamingDecoder text(tokenizer);  // emits whole UTF-8 characters only
 
@@ -63,26 +64,20 @@ int main(int argc, char** argv) try {
   const std::string jinja = file.file->get_string_or("tokenizer.chat_template", "");
   const hllm::ChatFormat format =
       jinja.empty() ? hllm::ChatFormat::zephyr : hllm::detect_chat_format(jinja);
-
-  const std::vector<hllm::ChatMessage> messages = {
-      {"system", "Answer in the words of the King James Bible."},
-      {"user", "Who made the heaven and the earth?"}};
-  // Markup and messages apart: the template's markers become their special tokens, marker texts
-  // in a message stay plain text; BOS unless the template writes it.
-  const std::vector<hllm::ChatSegment> rendered =
-      hllm::render_chat_segments(format, messages, /*add_generation_prompt=*/true);
-  const std::vector<std::int32_t> chat_ids = hllm::encode_chat(
-      tokenizer, rendered, /*add_special=*/!hllm::chat_template_writes_bos(format));
-
-  hllm::Session<> chat(model);
-  hllm::StreamingDecoder reply(tokenizer);
-  hllm::generate(chat, chat_ids, sampler,
-                 {.max_tokens = 48, .stop_tokens = hllm::chat_stop_tokens(format, tokenizer)},
-                 [&](std::int32_t token) {
-                   std::printf("%s", reply.push(token).c_str());
-                   return true;
-                 });
-  std::printf("%s\n", reply.flush().c_str());
+  // The conversation stays in the session's KV cache: each turn evaluates only its new text.
+  // Marker texts typed in a message stay plain text, never control tokens.
+  hllm::Session<> chat_session(model);
+  hllm::Conversation chat(chat_session, tokenizer, format,
+                          "Answer in the words of the King James Bible.");
+  for (const char* question : {"Who made the heaven and the earth?", "And what was on it?"}) {
+    const hllm::ChatReply reply =
+        chat.reply(question, sampler, {.max_tokens = 48}, [](std::string_view piece) {
+          std::printf("%.*s", static_cast<int>(piece.size()), piece.data());
+          return true;  // false stops the reply
+        });
+    std::printf("\n[%zu tokens, %s; %zu of %zu context tokens used]\n", reply.tokens.size(),
+                hllm::to_string(reply.reason), chat_session.position(), chat_session.context());
+  }
   // [tour:end]
 
   std::printf("== sessions\n");
@@ -105,14 +100,13 @@ int main(int argc, char** argv) try {
 
   std::printf("== kv-type\n");
   // [tour:kv-type]
-  // The KV cache's element type is part of the model type: float (default), f16, bf16, or
-  // ggml's Q8_0 blocks (8.5 bits per value, 27% of float's memory).
-  using Q8Cache = hllm::ModelSpec<hllm::AnyWeight, hllm::BlockQ8_0>;
-  hllm::GgufModel again = hllm::load_gguf_model(path);
-  const hllm::Llama<Q8Cache> q8_model(again.config, std::move(again.weights));
-  hllm::Session<Q8Cache> q8_session(q8_model);
+  // The KV cache's element type is a session option: f32 (default), f16, bf16, or ggml's Q8_0
+  // blocks (8.5 bits per value, 27% of f32's memory). One model serves sessions of each.
+  hllm::Session<> q8_session(model, {.kv_type = hllm::KVType::q8_0});
   const std::span<const float> logits = q8_session.prefill(tokenizer.encode("In the beginning"));
-  std::printf("%zu logits from a Q8_0 cache of %zu tokens\n", logits.size(), q8_session.context());
+  std::printf("%zu logits from a %s cache of %zu tokens, %zu bytes\n", logits.size(),
+              hllm::to_string(q8_session.kv_type()), q8_session.context(),
+              q8_session.kv_cache().bytes());
   // [tour:end]
   return 0;
 } catch (const std::exception& e) {

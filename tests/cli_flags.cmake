@@ -114,6 +114,28 @@ hllm_cli_case(generate_log_disable 0 "^In the beginning"
 hllm_cli_case(generate_interactive 0 "In the beginning.*In the beginning"
   "prompt: 11 tokens"
   ${HLLM_CLI_DATA}/prompt.txt ${gen} -i -n 1 --temp=0 -t 2)
+# -cnv: a chat in the model's format (--chat-template here: the bundled model has none), the
+# prompt as the system message, a line of stdin per message, each turn's speed on stderr.
+hllm_cli_case(generate_conversation 0 "^[^[]+$"
+  "chat format: chatml.*\\[prompt [0-9]+ tokens, [0-9.]+ tokens/s. reply 4 tokens, [0-9.]+ tokens/s\\].\\[[0-9]+ of 256 context tokens used\\]"
+  ${HLLM_CLI_DATA}/prompt.txt ${gen} -cnv --chat-template chatml -p "Answer briefly." -n 4 --temp=0 -t 2)
+hllm_cli_case(generate_conversation_needs_a_format 1 "EMPTY"
+  "^hllm-generate: .*chat template.*pass --chat-template llama2.llama3.chatml.zephyr"
+  ${HLLM_CLI_DATA}/prompt.txt ${gen} -cnv -n 4 -t 2)
+# The context: 4096 unless the model's is shorter (the bundled model's is 256), -c 0 the model's,
+# and the KV cache type chosen at run time.
+hllm_cli_case(generate_default_context 0 "-"
+  "\"context\": 256, .*\"kv_type\": \"f32\""
+  - ${gen} --json --log-disable -n 1 -t 2)
+hllm_cli_case(generate_context_zero_is_the_models 0 "-"
+  "\"context\": 256,"
+  - ${gen} --json --log-disable -n 1 -c 0 -t 2)
+hllm_cli_case(generate_context_and_kv_type 0 "-"
+  "\"context\": 100, .*\"kv_type\": \"q8_0\""
+  - ${gen} --json --log-disable -n 1 -c 100 --kv-type q8_0 -t 2)
+hllm_cli_case(generate_bad_kv_type 2 "EMPTY"
+  "^hllm-generate: --kv-type must be f32, f16, bf16 or q8_0, got 'q4_0'"
+  - ${gen} --kv-type q4_0)
 # hllm-tokenize: -p TEXT, and stdin when no input is named.
 hllm_cli_case(tokenize_prompt 0 "^1 1040 261 1801 1247.$"
   "EMPTY"

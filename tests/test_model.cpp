@@ -339,6 +339,86 @@ TEST(Llama, Q8_0CacheAgreesAcrossPathsAndStaysNearTheFloatCache) {
   EXPECT_EQ(whole.kv_cache().bytes(), 2 * 2 * 2 * 128 * 34);  // layers·kv heads·context·block
 }
 
+// The cache type is a session option: one model serves sessions of every type at once, and
+// each equals the session of a model type that fixes that cache type.
+TEST(Session, KVTypeIsChosenAtRunTime) {
+  using Q8Cache = hllm::ModelSpec<hllm::AnyWeight, hllm::BlockQ8_0>;
+  hllm::ModelConfig c = tiny_config(4, 2, 0);
+  c.dim = 128;  // head_dim 32, as a Q8_0 row needs
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 21));
+  const hllm::Llama<Q8Cache> q8_model(c, hllm::random_weights(c, hllm::DType::f32, 21));
+  const auto tokens = some_tokens(40, 97);
+
+  hllm::Session<> f32(model);
+  EXPECT_EQ(f32.kv_type(), hllm::KVType::f32);
+  const auto f32_span = f32.prefill(tokens, hllm::Logits::all);
+  const std::vector<float> f32_logits(f32_span.begin(), f32_span.end());
+
+  hllm::Session<Q8Cache> fixed(q8_model);
+  EXPECT_EQ(fixed.kv_type(), hllm::KVType::q8_0);
+  const auto fixed_span = fixed.prefill(tokens, hllm::Logits::all);
+  const std::vector<float> fixed_logits(fixed_span.begin(), fixed_span.end());
+  hllm::Session<> chosen(model, {.kv_type = hllm::KVType::q8_0});
+  EXPECT_EQ(chosen.kv_type(), hllm::KVType::q8_0);
+  const auto chosen_logits = chosen.prefill(tokens, hllm::Logits::all);
+  EXPECT_TRUE(std::equal(chosen_logits.begin(), chosen_logits.end(), fixed_logits.begin(),
+                         fixed_logits.end()));
+  // A model type's cache type is only the default.
+  hllm::Session<Q8Cache> overridden(q8_model, {.kv_type = hllm::KVType::f32});
+  const auto overridden_logits = overridden.prefill(tokens, hllm::Logits::all);
+  EXPECT_TRUE(std::equal(overridden_logits.begin(), overridden_logits.end(), f32_logits.begin(),
+                         f32_logits.end()));
+
+  // Every type on the one model: its own size, logits near the f32 cache's (bounds as in
+  // HalfPrecisionWeightsAndCacheStayClose and Q8_0CacheAgreesAcrossPaths...).
+  const std::size_t values = 2 * 2 * 2 * 128 * 32;  // keys and values · layers · kv heads · ctx · d
+  const struct {
+    hllm::KVType type;
+    std::size_t bytes;
+    float tolerance;
+  } cases[] = {{hllm::KVType::f32, values * 4, 0.0f},
+               {hllm::KVType::f16, values * 2, 1e-2f},
+               {hllm::KVType::bf16, values * 2, 5e-2f},
+               {hllm::KVType::q8_0, values / 32 * 34, 2e-2f}};
+  for (const auto& k : cases) {
+    SCOPED_TRACE(hllm::to_string(k.type));
+    hllm::Session<> session(model, {.kv_type = k.type});
+    EXPECT_EQ(session.kv_type(), k.type);
+    EXPECT_EQ(session.kv_cache().type(), k.type);
+    EXPECT_EQ(session.kv_cache().bytes(), k.bytes);
+    const auto logits = session.prefill(tokens, hllm::Logits::all);
+    EXPECT_TRUE(all_close(logits, f32_logits, k.tolerance));
+    if (k.type != hllm::KVType::f32) {
+      EXPECT_GT(hllm::test::max_abs_diff(logits, f32_logits), 0.0f);
+    }
+  }
+  EXPECT_NO_THROW(chosen.kv_cache().get<hllm::BlockQ8_0>());
+  EXPECT_THROW(chosen.kv_cache().get<float>(), hllm::Error);
+  EXPECT_EQ(chosen.kv_cache().get<hllm::BlockQ8_0>().length(), tokens.size());
+}
+
+TEST(Session, KVTypeNamesRoundTrip) {
+  for (hllm::KVType t :
+       {hllm::KVType::f32, hllm::KVType::f16, hllm::KVType::bf16, hllm::KVType::q8_0})
+    EXPECT_EQ(hllm::kv_type_from_name(hllm::to_string(t)), t);
+  EXPECT_FALSE(hllm::kv_type_from_name("q4_0").has_value());
+  EXPECT_FALSE(hllm::kv_type_from_name("F16").has_value());
+}
+
+// Unless it asks, a session gets llama.cpp's default context, or the model's if shorter.
+TEST(Session, DefaultContextIs4096OrTheModelsLength) {
+  hllm::ModelConfig c = tiny_config(4, 4, 0);
+  c.context_length = 8192;
+  const hllm::Llama<> long_model(c, hllm::random_weights(c, hllm::DType::f32, 3));
+  EXPECT_EQ(hllm::Session<>(long_model).context(), hllm::kDefaultContext);
+  EXPECT_EQ(hllm::kDefaultContext, 4096u);
+  EXPECT_EQ(hllm::Session<>(long_model, {.context = 8192}).context(), 8192u);
+  c.context_length = 128;
+  const hllm::Llama<> short_model(c, hllm::random_weights(c, hllm::DType::f32, 3));
+  EXPECT_EQ(hllm::Session<>(short_model).context(), 128u);
+  EXPECT_EQ(hllm::Session<>(short_model, {.context = 300}).context(), 300u);
+}
+
 // --- presets -------------------------------------------------------------------------------
 
 TEST(Presets, RealDimensions) {

@@ -28,6 +28,7 @@
 
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
+#include "hllm/core/kv_element.hpp"
 #include "hllm/core/quant_blocks.hpp"
 #include "hllm/core/thread_pool.hpp"
 #include "hllm/generate/sampler.hpp"
@@ -37,28 +38,13 @@
 
 namespace hllm::cli {
 
-// The KV cache element types the programs offer (--kv-type): a model's KV type is a template
-// parameter (ModelSpec), so a program picks one instantiation at run time with with_kv_type.
-enum class KvType { f32, f16, bf16, q8_0 };
-
-inline const char* to_string(KvType t) {
-  switch (t) {
-    case KvType::f16: return "f16";
-    case KvType::bf16: return "bf16";
-    case KvType::q8_0: return "q8_0";
-    default: return "f32";
-  }
-}
-
-// Calls f.template operator()<KV>() with KV the cache element type named by t.
-template <class F>
-decltype(auto) with_kv_type(KvType t, F&& f) {
-  switch (t) {
-    case KvType::f16: return f.template operator()<f16>();
-    case KvType::bf16: return f.template operator()<bf16>();
-    case KvType::q8_0: return f.template operator()<BlockQ8_0>();
-    default: return f.template operator()<float>();
-  }
+// -c as SessionOptions::context. Not given: 0, the library's default (hllm::kDefaultContext, or
+// the model's length if that is shorter), as llama.cpp defaults to 4096. Given as 0: the model's
+// own length, as llama.cpp's -c 0.
+inline constexpr std::size_t kContextNotGiven = std::numeric_limits<std::size_t>::max();
+inline std::size_t session_context(std::size_t flag, std::int64_t model_context) {
+  if (flag == kContextNotGiven) return 0;
+  return flag == 0 ? static_cast<std::size_t>(model_context) : flag;
 }
 
 // A bad value on the command line, with the whole message the user sees. The checks throw it
@@ -216,10 +202,19 @@ class Parser {
   }
 
   // -c/--ctx-size: the KV cache's capacity in tokens, in [lo, hi] (hi: hllm::kMaxContext; a
-  // parameter so that this header does not need the model's).
+  // parameter so that this header does not need the model's). Left at kContextNotGiven unless
+  // given: see session_context.
   CLI::Option* context(std::size_t& target, std::size_t lo, std::size_t hi,
                        const std::string& help) {
     return number_in<std::size_t>("-c,--ctx-size", target, lo, hi, "a number of tokens", help);
+  }
+  // The same with the programs' usual help and default.
+  CLI::Option* context(std::size_t& target, std::size_t hi) {
+    target = kContextNotGiven;
+    return context(target, 0, hi,
+                   "Context size in tokens (default: 4096, or the model's length if shorter; 0: "
+                   "the model's length)")
+        ->default_str("4096");
   }
 
   // --isa: the kernels to run.
@@ -235,19 +230,18 @@ class Parser {
         }));
   }
 
-  // --kv-type: the KV cache's element type.
-  CLI::Option* kv_type(KvType& target) {
+  // --kv-type: the KV cache's element type (SessionOptions::kv_type).
+  CLI::Option* kv_type(KVType& target) {
     return app_
         .add_option_function<std::string>(
             "--kv-type",
             [&target](const std::string& v) {
-              for (KvType t : {KvType::f32, KvType::f16, KvType::bf16, KvType::q8_0})
-                if (v == to_string(t)) target = t;
+              if (const auto type = kv_type_from_name(v)) target = *type;
             },
             "The KV cache's element type (default f32; q8_0 takes a quarter of the memory)")
         ->type_name("f32|f16|bf16|q8_0")
         ->check(check([](const std::string& v) {
-          if (v != "f32" && v != "f16" && v != "bf16" && v != "q8_0")
+          if (!kv_type_from_name(v))
             throw UsageError("--kv-type must be f32, f16, bf16 or q8_0, got '" + v + "'");
         }));
   }

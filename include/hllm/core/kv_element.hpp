@@ -6,6 +6,8 @@
 // bytes, which is what long contexts make the cache's reads cost in decode.
 
 #include <cstddef>
+#include <optional>
+#include <string_view>
 #include <type_traits>
 
 #include "hllm/core/half.hpp"
@@ -16,6 +18,39 @@ namespace hllm {
 template <class KV>
 inline constexpr bool is_kv_element_v = std::is_same_v<KV, float> || std::is_same_v<KV, f16> ||
                                         std::is_same_v<KV, bf16> || std::is_same_v<KV, BlockQ8_0>;
+
+// The element types by name, to choose one at run time (SessionOptions::kv_type).
+enum class KVType { f32, f16, bf16, q8_0 };
+
+template <class KV>
+constexpr KVType kv_type_of() noexcept {
+  static_assert(is_kv_element_v<KV>, "KV cache type must be float, f16, bf16 or BlockQ8_0");
+  if constexpr (std::is_same_v<KV, f16>)
+    return KVType::f16;
+  else if constexpr (std::is_same_v<KV, bf16>)
+    return KVType::bf16;
+  else if constexpr (std::is_same_v<KV, BlockQ8_0>)
+    return KVType::q8_0;
+  else
+    return KVType::f32;
+}
+
+// "f32", "f16", "bf16" or "q8_0": the names llama.cpp's --cache-type-k takes.
+constexpr const char* to_string(KVType type) noexcept {
+  switch (type) {
+    case KVType::f16: return "f16";
+    case KVType::bf16: return "bf16";
+    case KVType::q8_0: return "q8_0";
+    default: return "f32";
+  }
+}
+
+// The type to_string names, or nothing for any other text.
+constexpr std::optional<KVType> kv_type_from_name(std::string_view name) noexcept {
+  for (const KVType type : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
+    if (name == to_string(type)) return type;
+  return std::nullopt;
+}
 
 // Values one element holds.
 template <class KV>

@@ -41,6 +41,7 @@ template <class Spec = DynamicSpec>
 class Llama {
  public:
   using spec_type = Spec;
+  // The KV cache element type of a session that does not choose one (SessionOptions::kv_type).
   using kv_type = typename Spec::kv_type;
 
   Llama(ModelConfig config, ModelWeights weights)
@@ -74,10 +75,10 @@ class Llama {
 
   // Runs tokens (at most scratch's max_tokens) at positions start.. through the model, storing
   // their keys/values in `cache`. logits: [n_tokens][vocab] if all_logits, else [vocab] for the
-  // last token only.
+  // last token only. The cache may hold any element type.
+  template <class KV>
   void forward(const Compute& compute, std::span<const std::int32_t> tokens, std::size_t start,
-               KVCache<kv_type>& cache, ForwardScratch& scratch, float* logits,
-               bool all_logits) const {
+               KVCache<KV>& cache, ForwardScratch& scratch, float* logits, bool all_logits) const {
     const std::size_t n = tokens.size(), dim = static_cast<std::size_t>(config_.dim);
     const std::size_t half_rot = rope_.rot_dims() / 2;
     if (n == 0 || n > scratch.block.max_tokens)

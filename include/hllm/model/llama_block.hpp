@@ -48,8 +48,6 @@ struct BlockScratch {
 template <class Spec = DynamicSpec>
 class LlamaBlock {
  public:
-  using kv_type = typename Spec::kv_type;
-
   LlamaBlock(const ModelConfig& config, const LayerWeights& weights, std::size_t layer_index)
       : weights_(weights),
         layer_(layer_index),
@@ -77,9 +75,11 @@ class LlamaBlock {
   const Attention& attention() const noexcept { return attention_; }
 
   // x: [n_tokens][dim], the residual stream, updated in place. Token t sits at position
-  // start + t; cos, sin: [n_tokens][rot_dims/2] for those positions.
+  // start + t; cos, sin: [n_tokens][rot_dims/2] for those positions. The cache may hold any
+  // element type (a session chooses it at run time).
+  template <class KV>
   void forward(const Compute& compute, float* x, std::size_t n_tokens, std::size_t start,
-               const Rope& rope, const float* cos, const float* sin, KVCache<kv_type>& cache,
+               const Rope& rope, const float* cos, const float* sin, KVCache<KV>& cache,
                BlockScratch& s) const {
     const std::size_t dim = dim_(), head_dim = rope.head_dim();
     const std::size_t q_width = n_heads_() * head_dim, kv_width = n_kv_heads_() * head_dim;

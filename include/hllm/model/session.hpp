@@ -12,16 +12,24 @@
 #include <vector>
 
 #include "hllm/core/error.hpp"
+#include "hllm/core/kv_element.hpp"
 #include "hllm/core/thread_pool.hpp"
 #include "hllm/kernels/compute.hpp"
 #include "hllm/kernels/dispatch.hpp"
 #include "hllm/model/llama.hpp"
-#include "hllm/nn/kv_cache.hpp"
+#include "hllm/nn/any_kv_cache.hpp"
 
 namespace hllm {
 
+// The context a session gets unless it asks: llama.cpp's default, or less if the model's own
+// context length is shorter. A model's full length (8192 tokens for SmolLM2) costs 377 MB of f32
+// cache per session, more than the 94 MB model itself.
+inline constexpr std::size_t kDefaultContext = 4096;
+
 struct SessionOptions {
-  std::size_t context = 0;     // KV cache capacity in tokens; 0: the model's context length
+  // KV cache capacity in tokens; 0: kDefaultContext or the model's context length, whichever is
+  // smaller. Any other value is taken as is (past the model's length RoPE extrapolates).
+  std::size_t context = 0;
   std::size_t max_batch = 64;  // tokens per forward chunk during prefill
   std::size_t threads = 0;     // worker threads (caller included); 0: the physical core count
   std::optional<Isa> isa;      // kernels to run; unset: HLLM_ISA, else the best this CPU has
@@ -29,6 +37,9 @@ struct SessionOptions {
   // each weight row; slow). Off: activations are quantized to 8 bits for integer dot products,
   // as llama.cpp does.
   bool exact = false;
+  // The KV cache's element type; unset: the model's Spec::kv_type (f32 for Llama<>). q8_0 takes
+  // 27% of f32's memory; f16 and bf16 half.
+  std::optional<KVType> kv_type;
 };
 
 // Which logits prefill returns.
@@ -41,12 +52,11 @@ inline constexpr std::size_t kMaxContext = std::size_t{1} << 24;
 template <class Spec = DynamicSpec>
 class Session {
  public:
-  using kv_type = typename Spec::kv_type;
-
   explicit Session(const Llama<Spec>& model, SessionOptions options = {})
       : model_(model),
         max_batch_(checked_batch(options.max_batch)),
-        cache_(static_cast<std::size_t>(model.config().n_layers),
+        cache_(options.kv_type.value_or(kv_type_of<typename Spec::kv_type>()),
+               static_cast<std::size_t>(model.config().n_layers),
                static_cast<std::size_t>(model.config().n_kv_heads),
                static_cast<std::size_t>(model.config().resolved_head_dim()),
                checked_context(options.context, model.config())),
@@ -61,33 +71,15 @@ class Session {
   // Tokens evaluated so far: the position the next token will take.
   std::size_t position() const noexcept { return cache_.length(); }
   std::size_t context() const noexcept { return cache_.capacity(); }
-  const KVCache<kv_type>& kv_cache() const noexcept { return cache_; }
+  const AnyKVCache& kv_cache() const noexcept { return cache_; }
+  KVType kv_type() const noexcept { return cache_.type(); }
   std::size_t threads() const noexcept { return pool_.size(); }
   Isa isa() const noexcept { return compute_.isa(); }
 
   // Evaluates `tokens` after those already in the cache. Returns the last token's logits
   // ([vocab]) or, with Logits::all, every token's ([n_tokens][vocab]). The span stays valid
   // until the next call. Nothing changes if the tokens are invalid or do not fit.
-  std::span<const float> prefill(std::span<const std::int32_t> tokens,
-                                 Logits which = Logits::last) {
-    if (tokens.empty()) throw Error(ErrorKind::invalid_argument, "prefill of zero tokens");
-    model_.check_tokens(tokens);
-    if (position() > context() || tokens.size() > context() - position())
-      throw Error(ErrorKind::capacity, std::to_string(tokens.size()) + " tokens at position " +
-                                           std::to_string(position()) + " exceed the context of " +
-                                           std::to_string(context()) + " tokens");
-    const std::size_t vocab = model_.vocab_size();
-    const bool all = which == Logits::all;
-    if (all) all_logits_.resize(tokens.size() * vocab);
-    for (std::size_t done = 0; done < tokens.size();) {
-      const std::size_t n = std::min(max_batch_, tokens.size() - done);
-      float* out = all ? all_logits_.data() + done * vocab : logits_.data();
-      model_.forward(compute_, tokens.subspan(done, n), position(), cache_, scratch_, out, all);
-      done += n;
-    }
-    if (all) return all_logits_;
-    return logits_.span();
-  }
+  std::span<const float> prefill(std::span<const std::int32_t> tokens, Logits which = Logits::last);
 
   // Evaluates one token; returns its logits ([vocab]).
   std::span<const float> decode(std::int32_t token) { return prefill(std::span(&token, 1)); }
@@ -113,7 +105,8 @@ class Session {
   static std::size_t widest_input(const ModelConfig& c) { return widest_matmul_input(c) + 32; }
   static std::size_t checked_context(std::size_t context, const ModelConfig& config) {
     const std::size_t resolved =
-        context ? context : static_cast<std::size_t>(config.context_length);
+        context ? context
+                : std::min(kDefaultContext, static_cast<std::size_t>(config.context_length));
     if (resolved > kMaxContext)
       throw Error(ErrorKind::invalid_argument, "context of " + std::to_string(resolved) +
                                                    " tokens exceeds the maximum of " +
@@ -123,7 +116,7 @@ class Session {
 
   const Llama<Spec>& model_;
   std::size_t max_batch_;
-  KVCache<kv_type> cache_;
+  AnyKVCache cache_;
   ForwardScratch scratch_;
   AlignedBuffer<float> logits_;            // [vocab]
   std::vector<float> all_logits_;          // [n_tokens][vocab], only for Logits::all
@@ -131,5 +124,28 @@ class Session {
   ThreadPool pool_;
   Compute compute_;
 };
+
+template <class Spec>
+std::span<const float> Session<Spec>::prefill(std::span<const std::int32_t> tokens, Logits which) {
+  if (tokens.empty()) throw Error(ErrorKind::invalid_argument, "prefill of zero tokens");
+  model_.check_tokens(tokens);
+  if (position() > context() || tokens.size() > context() - position())
+    throw Error(ErrorKind::capacity, std::to_string(tokens.size()) + " tokens at position " +
+                                         std::to_string(position()) + " exceed the context of " +
+                                         std::to_string(context()) + " tokens");
+  const std::size_t vocab = model_.vocab_size();
+  const bool all = which == Logits::all;
+  if (all) all_logits_.resize(tokens.size() * vocab);
+  for (std::size_t done = 0; done < tokens.size();) {
+    const std::size_t n = std::min(max_batch_, tokens.size() - done);
+    float* out = all ? all_logits_.data() + done * vocab : logits_.data();
+    cache_.visit([&](auto& cache) {
+      model_.forward(compute_, tokens.subspan(done, n), position(), cache, scratch_, out, all);
+    });
+    done += n;
+  }
+  if (all) return all_logits_;
+  return logits_.span();
+}
 
 }  // namespace hllm

@@ -1,6 +1,7 @@
 #pragma once
-// ModelSpec: the compile-time half of a model type. It chooses the element types (weights, KV
-// cache, activations) and may fix dimensions; everything else stays runtime in ModelConfig.
+// ModelSpec: the compile-time half of a model type. It chooses the element types (weights,
+// activations, and the KV cache type sessions get unless SessionOptions::kv_type picks another)
+// and may fix dimensions; everything else stays runtime in ModelConfig.
 // Fixed dimensions fold into constants in the model code and are checked against the runtime
 // config at construction, so a preset type refuses a file of another shape with a clear error.
 // Presets for well-known checkpoints are in model/presets.hpp.

@@ -20,6 +20,8 @@ class KVCache {
   static_assert(is_kv_element_v<KV>, "KV cache type must be float, f16, bf16 or BlockQ8_0");
 
  public:
+  using element_type = KV;
+
   KVCache(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t capacity)
       : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity) {
     if (n_layers == 0 || n_kv_heads == 0 || head_dim == 0 || capacity == 0)
