@@ -21,6 +21,7 @@
 #include "hllm/io/quantize.hpp"
 #include "hllm/kernels/compute.hpp"
 #include "hllm/kernels/dispatch.hpp"
+#include "hllm/kernels/isa_kernels.hpp"  // the avx512/avx512_vnni kernels called directly
 #include "hllm/kernels/reference.hpp"
 #include "hllm/model/repack.hpp"
 #include "test_util.hpp"

@@ -1,5 +1,6 @@
-// The smallest program that uses hllm through CMake: builds a tiny random model, runs a prompt
-// and greedy-decodes a few tokens. CI builds it three ways (examples/consumer/run.sh).
+// The smallest program that uses hllm from another project: builds a tiny random model, runs a
+// prompt and greedy-decodes a few tokens. CI builds it four ways (examples/consumer/run.sh):
+// three with CMake, one with a plain command line beside kernels.cpp.
 #include <cstdio>
 #include <vector>
 

@@ -1,9 +1,12 @@
 #pragma once
-// Run-time ISA dispatch for a header-only library. The kernel bodies (*-inl.hpp, no include
-// guards) are included once per ISA, each time inside namespace hllm::kernels::<isa> and a
-// target region (simd/target.hpp), so every ISA gets its own symbols and the linker never
-// merges two ISAs' versions. A table of function pointers per ISA is chosen once from CPUID (or
-// HLLM_ISA). Standard headers come first, never inside a target region.
+// Run-time ISA dispatch: the kernel table's type and the functions that choose a table. A table
+// of function pointers per ISA is chosen once from CPUID (or HLLM_ISA).
+//
+// This header declares table_for() but holds no kernel: the kernel bodies (*-inl.hpp, compiled
+// once per ISA by kernels/isa_kernels.hpp) and table_for()'s definition are in
+// hllm/implementation.hpp, which a program compiles in exactly one translation unit (CMake's
+// hllm::hllm target does it for you: the hllm_kernels library). So a translation unit that uses
+// a Session compiles no kernel, and the kernels are optimised even in a Debug build.
 
 #include <algorithm>
 #include <cmath>
@@ -25,20 +28,6 @@
 #include "hllm/kernels/scratch.hpp"
 #include "hllm/simd/cpu_features.hpp"
 #include "hllm/simd/isa.hpp"
-#include "hllm/simd/target.hpp"
-
-#if HLLM_X86
-// GCC 12's AVX-512 intrinsics initialise their "undefined" registers from themselves, which its
-// own -Wuninitialized then reports at every use; the state at the header's lines decides, so
-// the header is read with those two warnings off.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
 
 namespace hllm::kernels {
 
@@ -175,143 +164,9 @@ struct KernelTable {
   }
 };
 
-}  // namespace hllm::kernels
-
-// quant_ns: where the integer-dot kernels come from (AVX-512 has a VNNI build beside it).
-#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                           \
-  KernelTable {                                                                                   \
-    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul,    \
-        &ns::rope, &ns::attend_head_rows<float>, &ns::attend_head_rows<f16>,                      \
-        &ns::attend_head_rows<bf16>, &ns::attend_head_rows<BlockQ8_0>,                            \
-        &ns::attend_group_rows<float>, &ns::attend_group_rows<f16>, &ns::attend_group_rows<bf16>, \
-        &ns::attend_group_rows<BlockQ8_0>, &ns::quantize_activations, &quant_ns::matmul_q8_0,     \
-        &quant_ns::matmul_q4_0, &quant_ns::matmul_q4_k, &quant_ns::matmul_q5_k,                   \
-        &quant_ns::matmul_q6_k, &ns::matmul_dequant<BlockQ8_0, kQK8_0>,                           \
-        &ns::matmul_dequant<BlockQ4_0, kQK4_0>, &ns::matmul_dequant<BlockQ4_1, kQK4_1>,           \
-        &ns::matmul_dequant<BlockQ4_K, kQK_K>, &ns::matmul_dequant<BlockQ5_K, kQK_K>,             \
-        &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr, &quant_ns::matmul_x8<BlockQ8_0>,          \
-        &quant_ns::matmul_x8<BlockQ4_0>, &quant_ns::matmul_x8<BlockQ4_K>,                         \
-        &quant_ns::matmul_x8<BlockQ6_K>, &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>,                \
-        &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>,        \
-        &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>, &ns::matmul_bf16_x16, nullptr,                   \
-        &quant_ns::matmul_x16<BlockQ8_0>, &quant_ns::matmul_x16<BlockQ4_0>,                       \
-        &quant_ns::matmul_x16<BlockQ4_K>, &quant_ns::matmul_x16<BlockQ6_K>,                       \
-        &ns::matmul_dequant<BlockQ8_0x16, kQK8_0>, &ns::matmul_dequant<BlockQ4_0x16, kQK4_0>,     \
-        &ns::matmul_dequant<BlockQ4_Kx16, kQK_K>, &ns::matmul_dequant<BlockQ6_Kx16, kQK_K>        \
-  }
-
-#define HLLM_ISA_LEVEL 0
-#define HLLM_QUANT_VNNI 0
-namespace hllm::kernels::scalar {
-// The order matters (primitives first), so clang-format must not sort these.
-// clang-format off
-#include "hllm/simd/vec-inl.hpp"
-#include "hllm/kernels/matmul_float-inl.hpp"
-#include "hllm/kernels/matmul_bf16_panels-inl.hpp"
-#include "hllm/kernels/elementwise-inl.hpp"
-#include "hllm/kernels/attention-inl.hpp"
-#include "hllm/kernels/matmul_quant-inl.hpp"
-#include "hllm/kernels/matmul_kquant-inl.hpp"
-#include "hllm/kernels/matmul_interleaved-inl.hpp"
-// clang-format on
-}  // namespace hllm::kernels::scalar
-#undef HLLM_ISA_LEVEL
-
-#if HLLM_X86
-#define HLLM_ISA_LEVEL 1
-HLLM_TARGET_AVX2_BEGIN
-namespace hllm::kernels::avx2 {
-// The order matters (primitives first), so clang-format must not sort these.
-// clang-format off
-#include "hllm/simd/vec-inl.hpp"
-#include "hllm/kernels/matmul_float-inl.hpp"
-#include "hllm/kernels/matmul_bf16_panels-inl.hpp"
-#include "hllm/kernels/elementwise-inl.hpp"
-#include "hllm/kernels/attention-inl.hpp"
-#include "hllm/kernels/matmul_quant-inl.hpp"
-#include "hllm/kernels/matmul_kquant-inl.hpp"
-#include "hllm/kernels/matmul_interleaved-inl.hpp"
-// clang-format on
-}  // namespace hllm::kernels::avx2
-HLLM_TARGET_END
-#undef HLLM_ISA_LEVEL
-
-#define HLLM_ISA_LEVEL 2
-HLLM_TARGET_AVX512_BEGIN
-namespace hllm::kernels::avx512 {
-// The order matters (primitives first), so clang-format must not sort these.
-// clang-format off
-#include "hllm/simd/vec-inl.hpp"
-#include "hllm/kernels/matmul_float-inl.hpp"
-#include "hllm/kernels/matmul_bf16_panels-inl.hpp"
-#include "hllm/kernels/elementwise-inl.hpp"
-#include "hllm/kernels/attention-inl.hpp"
-#include "hllm/kernels/matmul_quant-inl.hpp"
-#include "hllm/kernels/matmul_kquant-inl.hpp"
-#include "hllm/kernels/matmul_interleaved-inl.hpp"
-// clang-format on
-}  // namespace hllm::kernels::avx512
-HLLM_TARGET_END
-#undef HLLM_QUANT_VNNI
-
-// The integer-dot kernels once more with VNNI (vpdpbusd), used where the CPU has it.
-#define HLLM_QUANT_VNNI 1
-HLLM_TARGET_AVX512_VNNI_BEGIN
-namespace hllm::kernels::avx512_vnni {
-using avx512::q6_k_slice_values;
-using avx512::VecF32;
-// clang-format off
-#include "hllm/kernels/gemm_vnni-inl.hpp"
-#include "hllm/kernels/matmul_quant-inl.hpp"
-#include "hllm/kernels/matmul_kquant-inl.hpp"
-#include "hllm/kernels/matmul_interleaved-inl.hpp"
-// clang-format on
-}  // namespace hllm::kernels::avx512_vnni
-HLLM_TARGET_END
-#undef HLLM_QUANT_VNNI
-
-// The BF16 prefill GEMM (vdpbf16ps), used where the CPU has AVX512-BF16.
-HLLM_TARGET_AVX512_BF16_BEGIN
-namespace hllm::kernels::avx512_bf16 {
-using avx512::transpose16x16;
-using avx512::VecF32;
-#include "hllm/kernels/gemm_bf16-inl.hpp"
-}  // namespace hllm::kernels::avx512_bf16
-HLLM_TARGET_END
-#undef HLLM_ISA_LEVEL
-#else
-#undef HLLM_QUANT_VNNI
-#endif
-
-namespace hllm::kernels {
-
-// The table of one ISA; throws if this CPU cannot run it.
-inline const KernelTable& table_for(Isa isa) {
-  if (!cpu_supports(isa))
-    throw Error(ErrorKind::unsupported,
-                std::string("this CPU cannot run the ") + to_string(isa) + " kernels");
-  static const KernelTable scalar_table = HLLM_KERNEL_TABLE(scalar, scalar);
-#if HLLM_X86
-  static const KernelTable avx2_table = HLLM_KERNEL_TABLE(avx2, avx2);
-  // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.
-  static const KernelTable avx512_table = [] {
-    KernelTable table = cpu_features().avx512_vnni ? HLLM_KERNEL_TABLE(avx512, avx512_vnni)
-                                                   : HLLM_KERNEL_TABLE(avx512, avx512);
-    if (cpu_features().avx512_bf16) {
-      table.matmul_bf16_dot = &avx512_bf16::matmul_bf16_dot;
-      table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
-    }
-    table.prefers_interleaved = cpu_features().avx512_vnni;
-    return table;
-  }();
-  switch (isa) {
-    case Isa::avx512: return avx512_table;
-    case Isa::avx2: return avx2_table;
-    default: break;
-  }
-#endif
-  return scalar_table;
-}
+// The table of one ISA; throws Error(unsupported) if this CPU cannot run it. Defined in
+// hllm/implementation.hpp (one translation unit per program).
+const KernelTable& table_for(Isa isa);
 
 // The table this process uses, chosen once: HLLM_ISA if set, else the best the CPU supports.
 inline const KernelTable& active() {

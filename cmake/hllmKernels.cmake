@@ -1,0 +1,35 @@
+# hllm_add_kernels_library(<source> <include-dir>): the static library hllm_kernels (alias
+# hllm::kernels), one translation unit (<source>: cmake/hllm_kernels.cpp, which includes
+# hllm/implementation.hpp) holding every kernel and the kernel tables, so that no other
+# translation unit of a program compiles them. hllm's CMakeLists.txt calls it for the build
+# tree; the installed hllmConfig.cmake calls it in the consumer's build, from the installed
+# source: nothing binary is installed.
+#
+# The kernels are compiled with -O2 in every configuration that does not optimise (Debug, or an
+# empty CMAKE_BUILD_TYPE), after the configuration's flags (so -O2 wins, -g stays): a Debug
+# build of a program then runs its kernels at full speed. Flags in CMAKE_CXX_FLAGS (sanitizers)
+# reach this library as any other. HLLM_OPTIMIZE_KERNELS=OFF compiles them as the rest.
+function(hllm_add_kernels_library source include_dir)
+  add_library(hllm_kernels STATIC ${source})
+  add_library(hllm::kernels ALIAS hllm_kernels)
+  target_compile_features(hllm_kernels PRIVATE cxx_std_20)
+  target_include_directories(hllm_kernels PRIVATE ${include_dir})
+  # A static library linked into shared objects too.
+  set_target_properties(hllm_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  if(NOT DEFINED HLLM_OPTIMIZE_KERNELS OR HLLM_OPTIMIZE_KERNELS)
+    target_compile_options(hllm_kernels PRIVATE
+      $<$<NOT:$<CONFIG:Release,RelWithDebInfo,MinSizeRel>>:-O2>)
+    get_property(multi_config GLOBAL PROPERTY GENERATOR_IS_MULTI_CONFIG)
+    if(multi_config)
+      message(STATUS "hllm: kernels (hllm_kernels) compiled with -O2 in the configurations "
+        "that do not optimise (Debug; -DHLLM_OPTIMIZE_KERNELS=OFF: as the rest)")
+    elseif(NOT CMAKE_BUILD_TYPE MATCHES "^(Release|RelWithDebInfo|MinSizeRel)$")
+      set(build_type "${CMAKE_BUILD_TYPE}")
+      if(build_type STREQUAL "")
+        set(build_type "none")
+      endif()
+      message(STATUS "hllm: kernels (hllm_kernels) compiled with -O2 in this ${build_type} "
+        "build (-DHLLM_OPTIMIZE_KERNELS=OFF: as the rest)")
+    endif()
+  endif()
+endfunction()

@@ -1,0 +1,82 @@
+#pragma once
+// hllm's implementation: what a program compiles once, in exactly one translation unit, so that
+// no other translation unit compiles a kernel (stb style). With CMake, linking hllm::hllm does
+// it for you (the hllm_kernels library, built from cmake/hllm_kernels.cpp: optimised whatever
+// the build type). Without CMake, one .cpp of the program holds just
+//
+//   #include "hllm/implementation.hpp"
+//
+// and is compiled with optimisation (-O2) even in a debug build:
+//
+//   g++ -std=c++20 -O2 -Iinclude -c kernels.cpp
+//   g++ -std=c++20 -g -Iinclude main.cpp kernels.o -pthread
+//
+// It defines the kernel tables, one per ISA (the kernel bodies come from kernels/isa_kernels.hpp,
+// inline), and hllm::kernels::table_for(), which kernels/dispatch.hpp declares. A second
+// translation unit including this header breaks the link (table_for defined twice); a program
+// with none fails to link with "undefined reference to hllm::kernels::table_for".
+
+#include <string>
+
+#include "hllm/core/error.hpp"
+#include "hllm/kernels/dispatch.hpp"
+#include "hllm/kernels/isa_kernels.hpp"
+#include "hllm/simd/cpu_features.hpp"
+#include "hllm/simd/isa.hpp"
+
+// quant_ns: where the integer-dot kernels come from (AVX-512 has a VNNI build beside it).
+#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                           \
+  KernelTable {                                                                                   \
+    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul,    \
+        &ns::rope, &ns::attend_head_rows<float>, &ns::attend_head_rows<f16>,                      \
+        &ns::attend_head_rows<bf16>, &ns::attend_head_rows<BlockQ8_0>,                            \
+        &ns::attend_group_rows<float>, &ns::attend_group_rows<f16>, &ns::attend_group_rows<bf16>, \
+        &ns::attend_group_rows<BlockQ8_0>, &ns::quantize_activations, &quant_ns::matmul_q8_0,     \
+        &quant_ns::matmul_q4_0, &quant_ns::matmul_q4_k, &quant_ns::matmul_q5_k,                   \
+        &quant_ns::matmul_q6_k, &ns::matmul_dequant<BlockQ8_0, kQK8_0>,                           \
+        &ns::matmul_dequant<BlockQ4_0, kQK4_0>, &ns::matmul_dequant<BlockQ4_1, kQK4_1>,           \
+        &ns::matmul_dequant<BlockQ4_K, kQK_K>, &ns::matmul_dequant<BlockQ5_K, kQK_K>,             \
+        &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr, &quant_ns::matmul_x8<BlockQ8_0>,          \
+        &quant_ns::matmul_x8<BlockQ4_0>, &quant_ns::matmul_x8<BlockQ4_K>,                         \
+        &quant_ns::matmul_x8<BlockQ6_K>, &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>,                \
+        &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>,        \
+        &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>, &ns::matmul_bf16_x16, nullptr,                   \
+        &quant_ns::matmul_x16<BlockQ8_0>, &quant_ns::matmul_x16<BlockQ4_0>,                       \
+        &quant_ns::matmul_x16<BlockQ4_K>, &quant_ns::matmul_x16<BlockQ6_K>,                       \
+        &ns::matmul_dequant<BlockQ8_0x16, kQK8_0>, &ns::matmul_dequant<BlockQ4_0x16, kQK4_0>,     \
+        &ns::matmul_dequant<BlockQ4_Kx16, kQK_K>, &ns::matmul_dequant<BlockQ6_Kx16, kQK_K>        \
+  }
+
+namespace hllm::kernels {
+
+// Declared in kernels/dispatch.hpp. Not inline: one definition per program, here.
+const KernelTable& table_for(Isa isa) {
+  if (!cpu_supports(isa))
+    throw Error(ErrorKind::unsupported,
+                std::string("this CPU cannot run the ") + to_string(isa) + " kernels");
+  static const KernelTable scalar_table = HLLM_KERNEL_TABLE(scalar, scalar);
+#if HLLM_X86
+  static const KernelTable avx2_table = HLLM_KERNEL_TABLE(avx2, avx2);
+  // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.
+  static const KernelTable avx512_table = [] {
+    KernelTable table = cpu_features().avx512_vnni ? HLLM_KERNEL_TABLE(avx512, avx512_vnni)
+                                                   : HLLM_KERNEL_TABLE(avx512, avx512);
+    if (cpu_features().avx512_bf16) {
+      table.matmul_bf16_dot = &avx512_bf16::matmul_bf16_dot;
+      table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
+    }
+    table.prefers_interleaved = cpu_features().avx512_vnni;
+    return table;
+  }();
+  switch (isa) {
+    case Isa::avx512: return avx512_table;
+    case Isa::avx2: return avx2_table;
+    default: break;
+  }
+#endif
+  return scalar_table;
+}
+
+}  // namespace hllm::kernels
+
+#undef HLLM_KERNEL_TABLE
