@@ -12,15 +12,19 @@
 //   g++ -std=c++20 -g -Iinclude main.cpp kernels.o -pthread
 //
 // It defines the kernel tables, one per ISA (the kernel bodies come from kernels/isa_kernels.hpp,
-// inline), and hllm::kernels::table_for(), which kernels/dispatch.hpp declares. A second
-// translation unit including this header breaks the link (table_for defined twice); a program
-// with none fails to link with "undefined reference to hllm::kernels::table_for".
+// inline), and hllm::kernels::table_for(), which kernels/dispatch.hpp declares; and it
+// instantiates Session<>, Llama<> and the four KVCache<KV>, which their headers declare extern. A
+// second translation unit including this header breaks the link (table_for defined twice); a
+// program with none fails to link with "undefined reference to hllm::kernels::table_for".
 
 #include <string>
 
 #include "hllm/core/error.hpp"
 #include "hllm/kernels/dispatch.hpp"
 #include "hllm/kernels/isa_kernels.hpp"
+#include "hllm/model/llama.hpp"
+#include "hllm/model/session.hpp"
+#include "hllm/nn/kv_cache.hpp"
 #include "hllm/simd/cpu_features.hpp"
 #include "hllm/simd/isa.hpp"
 
@@ -80,3 +84,13 @@ const KernelTable& table_for(Isa isa) {
 }  // namespace hllm::kernels
 
 #undef HLLM_KERNEL_TABLE
+
+// The model code for the dynamic spec, which the headers declare extern: compiled here once.
+namespace hllm {
+template class KVCache<float>;
+template class KVCache<f16>;
+template class KVCache<bf16>;
+template class KVCache<BlockQ8_0>;
+template class Llama<DynamicSpec>;
+template class Session<DynamicSpec>;
+}  // namespace hllm

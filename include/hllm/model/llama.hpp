@@ -122,4 +122,7 @@ class Llama {
   std::vector<LlamaBlock<Spec>> blocks_;
 };
 
+// Compiled once per program, in hllm/implementation.hpp's translation unit.
+extern template class Llama<DynamicSpec>;
+
 }  // namespace hllm

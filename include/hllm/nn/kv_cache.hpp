@@ -118,4 +118,12 @@ class KVCache {
   AlignedBuffer<KV> values_;
 };
 
+// Compiled once per program, in hllm/implementation.hpp's translation unit: every session holds
+// a cache of each type (nn/any_kv_cache.hpp), so every file that makes one would instantiate all
+// four otherwise.
+extern template class KVCache<float>;
+extern template class KVCache<f16>;
+extern template class KVCache<bf16>;
+extern template class KVCache<BlockQ8_0>;
+
 }  // namespace hllm
