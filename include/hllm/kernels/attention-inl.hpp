@@ -1,6 +1,6 @@
 // Attention of query heads over a KV cache's rows (one head, or the query heads sharing one KV
 // head), with an online softmax, written once against VecF32 and compiled per ISA (see
-// dispatch.hpp) after elementwise-inl.hpp. No include guard, by design. The reference twins are
+// isa_kernels.hpp) after elementwise-inl.hpp. No include guard, by design. The reference twins are
 // in kernels/reference.hpp.
 
 // scores[j] = e^(scores[j] − max) for j < count (count <= 32).

@@ -1,5 +1,5 @@
 // Vectorized RMSNorm, SiLU·up and RoPE, written once against VecF32 and compiled per ISA (see
-// dispatch.hpp). No include guard, by design. The reference twins are in kernels/reference.hpp.
+// isa_kernels.hpp). No include guard, by design. The reference twins are in kernels/reference.hpp.
 // The attention kernels are in attention-inl.hpp.
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i].   x, weight, out: [n]

@@ -1,6 +1,6 @@
 // Prefill GEMM for BF16 weights on AVX512-BF16: vdpbf16ps on packed panels, with activations
 // rounded to bf16 (round to nearest even) as llama.cpp does for bf16 weights. Included by
-// dispatch.hpp in namespace avx512_bf16 only, after the avx512 kernels and transpose16x16
+// isa_kernels.hpp in namespace avx512_bf16 only, after the avx512 kernels and transpose16x16
 // (matmul_float-inl.hpp), which it reuses. No include guard, by design.
 //
 // vdpbf16ps adds, in each of 16 float lanes, a[2i]·b[2i] + a[2i+1]·b[2i+1]: two multiply-adds

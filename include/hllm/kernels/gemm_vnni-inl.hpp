@@ -1,5 +1,5 @@
 // Prefill GEMM for Q8_0 and Q4_0 weights on AVX-512 VNNI: 8-bit activations times packed 16-row
-// weight panels with vpdpbusd. Included by dispatch.hpp in the VNNI namespace only, before
+// weight panels with vpdpbusd. Included by isa_kernels.hpp in the VNNI namespace only, before
 // matmul_quant-inl.hpp, which calls it for batches of kPackedMinTokens tokens or more. No
 // include guard, by design.
 //

@@ -1,6 +1,6 @@
 // BF16 weights repacked into 16-row pair panels (DType::bf16_x16, core/bf16_panels.hpp) against
 // float32 activations: the exact path of such weights, and their decode. Written once and
-// compiled per ISA after matmul_float-inl.hpp (see dispatch.hpp). No include guard, by design.
+// compiled per ISA after matmul_float-inl.hpp (see isa_kernels.hpp). No include guard, by design.
 //
 // On AVX-512 a whole group is read as it lies: each zmm holds one column pair of 16 rows, the
 // even column's bf16 values become floats by a 16-bit shift and the odd column's by a mask, and

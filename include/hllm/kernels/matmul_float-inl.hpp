@@ -1,5 +1,5 @@
 // Matrix-matrix (and, with one token, matrix-vector) products for plain floating-point weights
-// (f32, f16, bf16), written once against VecF32 and compiled per ISA (see dispatch.hpp). No
+// (f32, f16, bf16), written once against VecF32 and compiled per ISA (see isa_kernels.hpp). No
 // include guard, by design.
 //
 // y[t][r] = sum_c w[r][c] * x[t][c] for rows r in [row_begin, row_end): a caller splits the rows

@@ -1,6 +1,6 @@
 // Matrix products for weights repacked at load time, 8 rows to a group (Interleaved8:
 // DType::q4_0_x8, q8_0_x8, q4_k_x8, q6_k_x8) or 16 rows to a panel (Interleaved16: q4_0_x16,
-// q8_0_x16, q4_k_x16, q6_k_x16), written once and compiled per ISA (see dispatch.hpp), after the
+// q8_0_x16, q4_k_x16, q6_k_x16), written once and compiled per ISA (see isa_kernels.hpp), after the
 // row-major kernels it falls back on. No include guard, by design.
 //
 // With VNNI, whole groups run on the repacked layout directly: decode (fewer than

@@ -1,5 +1,5 @@
 // Quantized-weight matrix products with on-the-fly 8-bit activations, written once and compiled
-// per ISA (see dispatch.hpp). No include guard, by design.
+// per ISA (see isa_kernels.hpp). No include guard, by design.
 //
 // Activations are quantized per 32 values (BlockQ8Act); each weight block times its activation
 // block is an exact integer dot product, scaled by d_weight · d_activation and accumulated in

@@ -1,5 +1,5 @@
 // Per-ISA vector primitives: one struct `VecF32` per ISA with the same interface, so kernel
-// bodies are written once. No include guard: kernels/dispatch.hpp includes this file once per
+// bodies are written once. No include guard: kernels/isa_kernels.hpp includes this file once per
 // ISA, inside namespace hllm::kernels::<isa> and a target region, with HLLM_ISA_LEVEL set to
 // 0 (scalar), 1 (AVX2) or 2 (AVX-512). It includes no headers of its own (they must come before
 // any target region).
