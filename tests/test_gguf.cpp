@@ -1175,30 +1175,31 @@ TEST(ResourceLimits, HostileClaimsFailBeforeAllocatingUnderACappedAddressSpace) 
       DType::f32, [](gguf::Writer& w) { w.set("llama.vocab_size", std::uint32_t{1} << 31); });
   const auto many_layers = tiny_model_bytes(
       DType::f32, [](gguf::Writer& w) { w.set("llama.block_count", std::uint32_t{16'000'000}); });
-  // A valid file whose trained context is 2^24 tokens: a session of that context needs an
-  // 8 GiB KV cache, which does not fit under the cap: Error(capacity), not std::bad_alloc.
+  // A valid file whose trained context is 2^24 tokens: a session of that context (asked for:
+  // the default is 4096) needs an 8 GiB KV cache, which does not fit under the cap:
+  // Error(capacity), not std::bad_alloc.
   const auto long_context = tiny_model_bytes(
       DType::f32, [](gguf::Writer& w) { w.set("llama.context_length", std::uint32_t{1} << 24); });
-  EXPECT_EXIT(run_capped({
-                  {[&] { huge_tensor.parse(); }, ErrorKind::format},
-                  {[&] { load_bytes(huge_vocab); }, ErrorKind::format},
-                  {[&] { load_bytes(big_vocab_size); }, ErrorKind::format},
-                  {[&] { load_bytes(many_layers); }, ErrorKind::format},
-                  {[&] {
-                     const hllm::GgufModel m = load_bytes(long_context);
-                     const hllm::Llama<> model(m.config, m.weights);
-                     hllm::Session<> session(model, {.threads = 1});
-                   },
-                   ErrorKind::capacity},
-                  {[&] {
-                     const hllm::GgufModel m = load_bytes(long_context);
-                     const hllm::Llama<> model(m.config, m.weights);
-                     hllm::Session<> session(model,
-                                             {.context = std::size_t{1} << 40, .threads = 1});
-                   },
-                   ErrorKind::invalid_argument},
-              }),
-              ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      run_capped({
+          {[&] { huge_tensor.parse(); }, ErrorKind::format},
+          {[&] { load_bytes(huge_vocab); }, ErrorKind::format},
+          {[&] { load_bytes(big_vocab_size); }, ErrorKind::format},
+          {[&] { load_bytes(many_layers); }, ErrorKind::format},
+          {[&] {
+             const hllm::GgufModel m = load_bytes(long_context);
+             const hllm::Llama<> model(m.config, m.weights);
+             hllm::Session<> session(model, {.context = std::size_t{1} << 24, .threads = 1});
+           },
+           ErrorKind::capacity},
+          {[&] {
+             const hllm::GgufModel m = load_bytes(long_context);
+             const hllm::Llama<> model(m.config, m.weights);
+             hllm::Session<> session(model, {.context = std::size_t{1} << 40, .threads = 1});
+           },
+           ErrorKind::invalid_argument},
+      }),
+      ::testing::ExitedWithCode(0), "");
 #endif
 }
 
