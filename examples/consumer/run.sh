@@ -8,6 +8,7 @@ src="$(cd "$(dirname "$0")/../.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 passed=0
+model="$src/models/kjv-llama.gguf"
 
 cmake -S "$src" -B "$work/hllm-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DHLLM_BUILD_TESTS=OFF -DHLLM_BUILD_BENCHMARKS=OFF -DHLLM_BUILD_EXAMPLES=OFF >/dev/null
@@ -18,7 +19,7 @@ for way in find_package add_subdirectory fetchcontent; do
   cmake -S "$src/examples/consumer" -B "$work/$way" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DHLLM_CONSUME=$way -DHLLM_SOURCE_DIR="$src" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
   cmake --build "$work/$way" >/dev/null
-  "$work/$way/consumer"
+  "$work/$way/consumer" "$model"
   passed=$((passed + 1))
 done
 
@@ -26,6 +27,6 @@ done
 echo "--- consumer via the command line"
 "${CXX:-g++}" -std=c++20 -O2 -I"$work/prefix/include" "$src/examples/consumer/main.cpp" \
   "$src/examples/consumer/kernels.cpp" -pthread -o "$work/consumer-cli"
-"$work/consumer-cli"
+"$work/consumer-cli" "$model"
 passed=$((passed + 1))
 echo "consumers: $passed passed, 0 failed"
