@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -355,6 +356,50 @@ void BM_Attention(benchmark::State& state) {
 BENCHMARK(BM_Attention<float>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Attention<hllm::f16>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Attention<hllm::BlockQ8_0>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
+
+// The same step through a paged cache: the context in 16-token blocks of a pool shared with a
+// second sequence (so a sequence's blocks are not adjacent), read through its block table by
+// the paged kernels: the same arithmetic as BM_Attention on rows found through the table.
+template <class KV>
+void BM_AttentionPaged(benchmark::State& state) {
+  const std::size_t context = static_cast<std::size_t>(state.range(0));
+  const std::size_t heads = 32, kv_heads = 4, head_dim = 64, group = heads / kv_heads;
+  const std::size_t n_blocks = 2 * (context + 15) / 16;
+  hllm::KVBlockAllocator pool(n_blocks);
+  hllm::PagedKVStorage<KV> storage(n_blocks, 16, 1, kv_heads, head_dim);
+  hllm::KVBlockTable table, other;
+  for (std::size_t n = 16; n < context + 16; n += 16)
+    if (!other.reserve(pool, n) || !table.reserve(pool, std::min(n, context))) std::abort();
+  for (std::size_t p = 0; p < context; ++p) {
+    const auto k = random_floats(kv_heads * head_dim, 3 + 2 * static_cast<unsigned>(p));
+    const auto v = random_floats(kv_heads * head_dim, 4 + 2 * static_cast<unsigned>(p));
+    storage.store(table.block_for(p), table.slot_of(p), 0, k.data(), v.data());
+  }
+  const auto& kernels = hllm::kernels::active();
+  const auto attend = kernels.attend_group_paged_for<KV>();
+  std::vector<hllm::kernels::KVBlockRows> keys, values;  // per KV head
+  for (std::size_t h = 0; h < kv_heads; ++h) {
+    keys.push_back(storage.rows(table.blocks(), 0, 0, h, 0));
+    values.push_back(storage.rows(table.blocks(), 0, 1, h, 0));
+  }
+  const auto q = random_floats(heads * head_dim, 4);
+  std::vector<float> out(heads * head_dim);
+  const float scale = 0.125f;
+  for (auto _ : state) {
+    for (std::size_t h = 0; h < kv_heads; ++h)
+      attend(q.data() + h * group * head_dim, keys[h], values[h], context, head_dim, group, scale,
+             out.data() + h * group * head_dim);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * kv_heads * context *
+                                                    hllm::kv_row_elements<KV>(head_dim) *
+                                                    sizeof(KV)));
+  table.release_all(pool);
+  other.release_all(pool);
+}
+BENCHMARK(BM_AttentionPaged<float>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionPaged<hllm::f16>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionPaged<hllm::BlockQ8_0>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
 
 // One decode step of a small whole model (dim 512, 4 layers): the composition overhead.
 void BM_ModelDecode(benchmark::State& state) {

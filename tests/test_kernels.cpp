@@ -273,6 +273,69 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
       }
 }
 
+// Attention through a paged cache's block table (rows spread over shuffled blocks of a pool,
+// each block holding this head's rows among other layers' and heads' rows, starting at any
+// position as a sliding window would) is the contiguous kernel's arithmetic on other addresses:
+// bit-identical to it on the same rows, on every ISA, every element type, every group path.
+template <class KV>
+void check_paged_attention(Isa isa, std::size_t group, std::size_t first, std::size_t n_keys,
+                           std::size_t head_dim, std::size_t block_tokens) {
+  const std::size_t row = hllm::kv_row_elements<KV>(head_dim);
+  const std::size_t positions = first + n_keys;
+  const std::size_t n_blocks = (positions + block_tokens - 1) / block_tokens;
+  // A block: [2 (K, V)][3 heads of other layers or heads, then ours, then 2 more][slots][row].
+  const std::size_t heads = 6, ours = 3, block_elements = 2 * heads * block_tokens * row;
+  const auto k = kv_rows<KV>(hllm::test::random_vector(positions * head_dim, 26), head_dim);
+  const auto v = kv_rows<KV>(hllm::test::random_vector(positions * head_dim, 27), head_dim);
+  std::vector<std::uint32_t> blocks(n_blocks);
+  for (std::size_t b = 0; b < n_blocks; ++b)  // the odd ones of 2·n_blocks + 1 pool slots, reversed
+    blocks[b] = static_cast<std::uint32_t>(2 * (n_blocks - 1 - b) + 1);
+  const auto filler = kv_rows<KV>(
+      hllm::test::random_vector((2 * n_blocks + 1) * block_elements / row * head_dim, 28),
+      head_dim);
+  std::vector<KV> pool(filler.begin(), filler.end());  // [pool blocks][block_elements]
+  for (std::size_t p = 0; p < positions; ++p) {
+    KV* base = pool.data() + blocks[p / block_tokens] * block_elements + (p % block_tokens) * row;
+    std::copy_n(k.data() + p * row, row, base + ours * block_tokens * row);
+    std::copy_n(v.data() + p * row, row, base + (heads + ours) * block_tokens * row);
+  }
+  const hllm::kernels::KVBlockRows keys{
+      pool.data(),  blocks.data(), block_elements, ours * block_tokens * row,
+      block_tokens, row,           first};
+  hllm::kernels::KVBlockRows values = keys;
+  values.offset = (heads + ours) * block_tokens * row;
+
+  const auto q = hllm::test::random_vector(group * head_dim, 25);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const auto& table = hllm::kernels::table_for(isa);
+  std::vector<float> expected(group * head_dim), actual(group * head_dim);
+  table.attend_group_for<KV>()(q.data(), k.data() + first * row, v.data() + first * row, n_keys,
+                               head_dim, group, scale, expected.data());
+  table.attend_group_paged_for<KV>()(q.data(), keys, values, n_keys, head_dim, group, scale,
+                                     actual.data());
+  EXPECT_EQ(actual, expected) << hllm::to_string(isa) << " group " << group << " first " << first
+                              << " keys " << n_keys << " head_dim " << head_dim << " block "
+                              << block_tokens;
+}
+
+TEST_P(KernelIsa, PagedAttentionIsTheContiguousKernelBitForBit) {
+  for (std::size_t block_tokens : {16u, 4u, 1u})
+    for (std::size_t group : {1u, 3u, 4u})
+      for (std::size_t first : {0u, 5u, 16u})
+        for (std::size_t n_keys : {1u, 15u, 16u, 17u, 70u})
+          for (std::size_t head_dim : {20u, 64u}) {
+            check_paged_attention<float>(GetParam(), group, first, n_keys, head_dim, block_tokens);
+            check_paged_attention<hllm::bf16>(GetParam(), group, first, n_keys, head_dim,
+                                              block_tokens);
+            if (head_dim % 32 == 0) {
+              check_paged_attention<hllm::f16>(GetParam(), group, first, n_keys, head_dim,
+                                               block_tokens);
+              check_paged_attention<hllm::BlockQ8_0>(GetParam(), group, first, n_keys, head_dim,
+                                                     block_tokens);
+            }
+          }
+}
+
 // Weights of a file type repacked as a loader repacks them (hllm::repack_tensor).
 std::vector<std::byte> interleaved_bytes(hllm::DType file_type, const std::vector<std::byte>& bytes,
                                          std::size_t rows, std::size_t cols, hllm::DType to) {

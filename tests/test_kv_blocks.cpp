@@ -19,8 +19,10 @@
 #include <utility>
 #include <vector>
 
+#include "hllm/kernels/dispatch.hpp"
 #include "hllm/nn/kv_block_allocator.hpp"
 #include "hllm/nn/kv_block_table.hpp"
+#include "hllm/nn/kv_cache.hpp"
 #include "hllm/nn/paged_kv_storage.hpp"
 #include "test_util.hpp"
 
@@ -495,6 +497,60 @@ void expect_rows_read_back() {
   expect_kind([&] { s.store(0, 4, 0, kv.data(), kv.data()); }, ErrorKind::out_of_range);
   expect_kind([&] { s.store(0, 0, 2, kv.data(), kv.data()); }, ErrorKind::out_of_range);
   expect_kind([&] { s.copy_block(0, 3); }, ErrorKind::out_of_range);
+}
+
+// The storage's rows() is what the paged attention kernel reads: a sequence stored through a
+// block table (its blocks interleaved with another sequence's) attends exactly as the same
+// sequence in a contiguous KVCache, on every ISA, from any first position (a sliding window).
+template <class KV>
+void expect_paged_attention_equals_kv_cache(hllm::Isa isa) {
+  constexpr std::size_t kLayers = 2, kHeads = 2, kHeadDim = 64, kTokens = 37, kGroup = 2;
+  hllm::KVBlockAllocator pool(8);
+  hllm::PagedKVStorage<KV> storage(8, 16, kLayers, kHeads, kHeadDim);
+  hllm::KVCache<KV> cache(kLayers, kHeads, kHeadDim, 64);
+  KVBlockTable table, other;
+  for (std::size_t n = 16; n < kTokens + 16; n += 16) {
+    ASSERT_TRUE(other.reserve(pool, n));
+    ASSERT_TRUE(table.reserve(pool, std::min(n, kTokens)));
+  }
+  for (std::size_t p = 0; p < kTokens; ++p)
+    for (std::size_t layer = 0; layer < kLayers; ++layer) {
+      const auto k = hllm::test::random_vector(kHeads * kHeadDim, static_cast<std::uint32_t>(p));
+      const auto v =
+          hllm::test::random_vector(kHeads * kHeadDim, static_cast<std::uint32_t>(p + 99));
+      cache.store(layer, p, k.data(), v.data());
+      storage.store(table.block_for(p), table.slot_of(p), layer, k.data(), v.data());
+    }
+  const auto& kernels = hllm::kernels::table_for(isa);
+  const auto q = hllm::test::random_vector(kGroup * kHeadDim, 7);
+  for (std::size_t first : {0u, 3u, 16u, 36u})
+    for (std::size_t layer = 0; layer < kLayers; ++layer)
+      for (std::size_t h = 0; h < kHeads; ++h) {
+        std::vector<float> expected(kGroup * kHeadDim), actual(kGroup * kHeadDim);
+        kernels.attend_group_for<KV>()(q.data(), cache.keys(layer, h, first),
+                                       cache.values(layer, h, first), kTokens - first, kHeadDim,
+                                       kGroup, 0.125f, expected.data());
+        kernels.attend_group_paged_for<KV>()(
+            q.data(), storage.rows(table.blocks(), layer, 0, h, first),
+            storage.rows(table.blocks(), layer, 1, h, first), kTokens - first, kHeadDim, kGroup,
+            0.125f, actual.data());
+        ASSERT_EQ(actual, expected)
+            << hllm::to_string(isa) << " first " << first << " layer " << layer << " head " << h;
+      }
+  table.release_all(pool);
+  other.release_all(pool);
+  hllm::PagedKVStorage<KV> odd(2, 12, kLayers, kHeads, kHeadDim);
+  expect_kind([&] { (void)odd.rows(table.blocks(), 0, 0, 0, 0); }, ErrorKind::unsupported);
+  expect_kind([&] { (void)storage.rows(table.blocks(), 2, 0, 0, 0); }, ErrorKind::out_of_range);
+}
+
+TEST(PagedKVStorage, PagedAttentionEqualsTheContiguousCacheBitForBit) {
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    expect_paged_attention_equals_kv_cache<float>(isa);
+    expect_paged_attention_equals_kv_cache<hllm::f16>(isa);
+    expect_paged_attention_equals_kv_cache<hllm::bf16>(isa);
+    expect_paged_attention_equals_kv_cache<hllm::BlockQ8_0>(isa);
+  }
 }
 
 TEST(PagedKVStorage, RowsReadBackForEveryElementType) {

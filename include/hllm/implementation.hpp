@@ -53,18 +53,34 @@
 
 namespace hllm::kernels {
 
+// A table with the paged-attention entries of namespace ns filled in, by name.
+#define HLLM_PAGED_ATTENTION(ns, table)                                                     \
+  with_paged_attention(table, &ns::attend_group_paged<float>, &ns::attend_group_paged<f16>, \
+                       &ns::attend_group_paged<bf16>, &ns::attend_group_paged<BlockQ8_0>)
+inline KernelTable with_paged_attention(KernelTable table, AttendGroupPagedFn f32,
+                                        AttendGroupPagedFn f16, AttendGroupPagedFn bf16,
+                                        AttendGroupPagedFn q8_0) {
+  table.attend_group_paged_f32 = f32;
+  table.attend_group_paged_f16 = f16;
+  table.attend_group_paged_bf16 = bf16;
+  table.attend_group_paged_q8_0 = q8_0;
+  return table;
+}
+
 // Declared in kernels/dispatch.hpp. Not inline: one definition per program, here.
 const KernelTable& table_for(Isa isa) {
   if (!cpu_supports(isa))
     throw Error(ErrorKind::unsupported,
                 std::string("this CPU cannot run the ") + to_string(isa) + " kernels");
-  static const KernelTable scalar_table = HLLM_KERNEL_TABLE(scalar, scalar);
+  static const KernelTable scalar_table =
+      HLLM_PAGED_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar));
 #if HLLM_X86
-  static const KernelTable avx2_table = HLLM_KERNEL_TABLE(avx2, avx2);
+  static const KernelTable avx2_table = HLLM_PAGED_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2));
   // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.
   static const KernelTable avx512_table = [] {
-    KernelTable table = cpu_features().avx512_vnni ? HLLM_KERNEL_TABLE(avx512, avx512_vnni)
-                                                   : HLLM_KERNEL_TABLE(avx512, avx512);
+    KernelTable table = HLLM_PAGED_ATTENTION(avx512, cpu_features().avx512_vnni
+                                                         ? HLLM_KERNEL_TABLE(avx512, avx512_vnni)
+                                                         : HLLM_KERNEL_TABLE(avx512, avx512));
     if (cpu_features().avx512_bf16) {
       table.matmul_bf16_dot = &avx512_bf16::matmul_bf16_dot;
       table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
@@ -84,6 +100,7 @@ const KernelTable& table_for(Isa isa) {
 }  // namespace hllm::kernels
 
 #undef HLLM_KERNEL_TABLE
+#undef HLLM_PAGED_ATTENTION
 
 // The model code for the dynamic spec, which the headers declare extern: compiled here once.
 namespace hllm {

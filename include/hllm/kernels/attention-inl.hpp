@@ -3,6 +3,40 @@
 // isa_kernels.hpp) after elementwise-inl.hpp. No include guard, by design. The reference twins are
 // in kernels/reference.hpp.
 
+// Where row j of an attention call's keys (or values) is. The kernels below are templates over
+// this, so one body serves a KVCache's consecutive rows and a paged cache's blocks with the
+// same arithmetic in the same order: only the addresses differ.
+template <class KV>
+struct ConsecutiveRows {
+  using element_type = KV;
+  const KV* base;            // [n][row_elements]
+  std::size_t row_elements;  // kv_row_elements<KV>(head_dim)
+  const KV* operator()(std::size_t j) const noexcept { return base + j * row_elements; }
+};
+template <class KV>
+struct BlockRows {
+  using element_type = KV;
+  explicit BlockRows(const KVBlockRows& r) noexcept
+      : base(static_cast<const KV*>(r.base)),
+        blocks(r.blocks),
+        block_elements(r.block_elements),
+        offset(r.offset),
+        slot_mask(r.block_tokens - 1),
+        row_elements(r.row_elements),
+        first(r.first) {
+    while ((std::size_t{1} << block_shift) < r.block_tokens) ++block_shift;
+  }
+  const KV* operator()(std::size_t j) const noexcept {
+    const std::size_t position = first + j;
+    return base + std::size_t{blocks[position >> block_shift]} * block_elements + offset +
+           (position & slot_mask) * row_elements;
+  }
+  const KV* base;
+  const std::uint32_t* blocks;
+  std::size_t block_elements, offset, slot_mask, row_elements, first;
+  std::size_t block_shift = 0;
+};
+
 // scores[j] = e^(scores[j] − max) for j < count (count <= 32).
 inline void exp_shifted(float* scores, std::size_t count, float max) {
   using V = VecF32;
@@ -58,9 +92,10 @@ inline void scale_add_head(float* out, float scale, float p, const KV* v, std::s
 }
 
 // One query head against n_keys keys/values with an online softmax, tile by tile, as
-// reference::attend_head. q: [head_dim], keys, values: [n_keys][head_dim], out: [head_dim]
-template <class KV>
-inline void attend_head(const float* q, const KV* keys, const KV* values, std::size_t n_keys,
+// reference::attend_head. q: [head_dim], keys, values: n_keys rows of head_dim values (Rows:
+// ConsecutiveRows or BlockRows), out: [head_dim]
+template <class Rows>
+inline void attend_head(const float* q, const Rows& keys, const Rows& values, std::size_t n_keys,
                         std::size_t head_dim, float scale, float* out) {
   constexpr std::size_t kTile = 32;
   float scores[kTile];
@@ -71,7 +106,7 @@ inline void attend_head(const float* q, const KV* keys, const KV* values, std::s
     const std::size_t count = std::min(kTile, n_keys - start);
     float tile_max = -std::numeric_limits<float>::infinity();
     for (std::size_t j = 0; j < count; ++j) {
-      scores[j] = dot_head(q, kv_row(keys, start + j, head_dim), head_dim) * scale;
+      scores[j] = dot_head(q, keys(start + j), head_dim) * scale;
       tile_max = std::max(tile_max, scores[j]);
     }
     const float new_max = std::max(running_max, tile_max);
@@ -82,7 +117,7 @@ inline void attend_head(const float* q, const KV* keys, const KV* values, std::s
       const float p = scores[j];
       running_sum += p;
       // The first key of a tile also applies the tile's rescale of the accumulator.
-      scale_add_head(out, correction, p, kv_row(values, start + j, head_dim), head_dim);
+      scale_add_head(out, correction, p, values(start + j), head_dim);
       correction = 1.0f;
     }
     running_max = new_max;
@@ -99,10 +134,10 @@ inline void attend_head(const float* q, const KV* keys, const KV* values, std::s
 // values → head_dim vectors of 16 keys) so each query's 16 scores come from head_dim FMAs with
 // no horizontal sums; softmax runs on the 16-lane score vectors and the value pass keeps G
 // accumulators per 16 dimensions in registers. Same online softmax as attend_head.
-// q: [G][head_dim], keys, values: [n_keys][head_dim], out: [G][head_dim]; head_dim % 16 == 0.
-template <std::size_t G, class KV>
-inline void attend_group_tiles(const float* q, const KV* keys, const KV* values, std::size_t n_keys,
-                               std::size_t head_dim, float scale, float* out) {
+// q: [G][head_dim], keys, values: n_keys rows, out: [G][head_dim]; head_dim % 16 == 0.
+template <std::size_t G, class Rows>
+inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& values,
+                               std::size_t n_keys, std::size_t head_dim, float scale, float* out) {
   constexpr std::size_t kKeys = 16;
   alignas(64) float key_columns[256 * kKeys];  // [head_dim][16 keys], head_dim <= 256
   alignas(64) float p[G][kKeys];
@@ -117,11 +152,18 @@ inline void attend_group_tiles(const float* q, const KV* keys, const KV* values,
   for (std::size_t start = 0; start < n_keys; start += kKeys) {
     const std::size_t count = std::min(kKeys, n_keys - start);
     const __mmask16 valid = VecF32::mask(count);
+    // The tile's row addresses, once (a paged cache's cost a block-table lookup each).
+    const typename Rows::element_type* key_rows[kKeys];
+    const typename Rows::element_type* value_rows[kKeys];
+    for (std::size_t j = 0; j < count; ++j) {
+      key_rows[j] = keys(start + j);
+      value_rows[j] = values(start + j);
+    }
     // Transpose the tile's keys: key_columns[d][j] = keys[start + j][d].
     for (std::size_t d0 = 0; d0 < head_dim; d0 += 16) {
       __m512 r[16];
       _Pragma("GCC unroll 16") for (std::size_t j = 0; j < 16; ++j) r[j] =
-          j < count ? load_kv(kv_row(keys, start + j, head_dim), d0) : _mm512_setzero_ps();
+          j < count ? load_kv(key_rows[j], d0) : _mm512_setzero_ps();
       transpose16x16(r);
       _Pragma("GCC unroll 16") for (std::size_t k = 0; k < 16; ++k)
           _mm512_store_ps(key_columns + (d0 + k) * kKeys, r[k]);
@@ -158,7 +200,7 @@ inline void attend_group_tiles(const float* q, const KV* keys, const KV* values,
       _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) o[g] =
           _mm512_mul_ps(_mm512_loadu_ps(out + g * head_dim + d0), _mm512_set1_ps(correction[g]));
       for (std::size_t j = 0; j < count; ++j) {
-        const __m512 v = load_kv(kv_row(values, start + j, head_dim), d0);
+        const __m512 v = load_kv(value_rows[j], d0);
         _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) o[g] =
             _mm512_fmadd_ps(_mm512_set1_ps(p[g][j]), v, o[g]);
       }
@@ -174,10 +216,10 @@ inline void attend_group_tiles(const float* q, const KV* keys, const KV* values,
 }
 #endif
 
-// `group` query heads sharing one KV head: q, out: [group][head_dim], keys, values:
-// [n_keys][head_dim]. The tiled kernel above where it applies, else one head at a time.
-template <class KV>
-inline void attend_group(const float* q, const KV* keys, const KV* values, std::size_t n_keys,
+// `group` query heads sharing one KV head: q, out: [group][head_dim], keys, values: n_keys
+// rows. The tiled kernel above where it applies, else one head at a time.
+template <class Rows>
+inline void attend_group(const float* q, const Rows& keys, const Rows& values, std::size_t n_keys,
                          std::size_t head_dim, std::size_t group, float scale, float* out) {
 #if HLLM_ISA_LEVEL == 2
   if (head_dim % 16 == 0 && head_dim <= 256) {
@@ -198,10 +240,20 @@ inline void attend_group(const float* q, const KV* keys, const KV* values, std::
 template <class KV>
 inline void attend_group_rows(const float* q, const void* k, const void* v, std::size_t n,
                               std::size_t d, std::size_t group, float scale, float* out) {
-  attend_group(q, static_cast<const KV*>(k), static_cast<const KV*>(v), n, d, group, scale, out);
+  const ConsecutiveRows<KV> keys{static_cast<const KV*>(k), kv_row_elements<KV>(d)};
+  const ConsecutiveRows<KV> values{static_cast<const KV*>(v), kv_row_elements<KV>(d)};
+  attend_group(q, keys, values, n, d, group, scale, out);
 }
 template <class KV>
 inline void attend_head_rows(const float* q, const void* k, const void* v, std::size_t n,
                              std::size_t d, float scale, float* out) {
-  attend_head(q, static_cast<const KV*>(k), static_cast<const KV*>(v), n, d, scale, out);
+  const ConsecutiveRows<KV> keys{static_cast<const KV*>(k), kv_row_elements<KV>(d)};
+  const ConsecutiveRows<KV> values{static_cast<const KV*>(v), kv_row_elements<KV>(d)};
+  attend_head(q, keys, values, n, d, scale, out);
+}
+template <class KV>
+inline void attend_group_paged(const float* q, const KVBlockRows& k, const KVBlockRows& v,
+                               std::size_t n, std::size_t d, std::size_t group, float scale,
+                               float* out) {
+  attend_group(q, BlockRows<KV>(k), BlockRows<KV>(v), n, d, group, scale, out);
 }

@@ -61,6 +61,27 @@ using AttendGroupFn = void (*)(const float* q, const void* keys, const void* val
                                std::size_t n_keys, std::size_t head_dim, std::size_t group,
                                float scale, float* out);
 
+// Where the rows of one layer's keys (or values) of one KV head lie in a paged cache
+// (nn/paged_kv_storage.hpp), for an attention call over n_keys rows: row j is position
+// first + j, at slot (first + j) % block_tokens of block blocks[(first + j) / block_tokens].
+// Element e of that row is base[blocks[..] · block_elements + offset + slot · row_elements + e]
+// in the cache's element type (KV rows, core/kv_element.hpp).
+struct KVBlockRows {
+  const void* base = nullptr;             // the pool's first element
+  const std::uint32_t* blocks = nullptr;  // block ids in position order
+  std::size_t block_elements = 0;         // elements per block
+  std::size_t offset = 0;                 // elements from a block's start to these rows
+  std::size_t block_tokens = 16;          // rows per block: a power of two
+  std::size_t row_elements = 0;           // elements per row: kv_row_elements<KV>(head_dim)
+  std::size_t first = 0;                  // the position of row 0
+};
+// AttendGroupFn over a paged cache's rows; the same arithmetic in the same order as
+// AttendGroupFn on those rows stored one after another, so the results are bit-identical.
+using AttendGroupPagedFn = void (*)(const float* q, const KVBlockRows& keys,
+                                    const KVBlockRows& values, std::size_t n_keys,
+                                    std::size_t head_dim, std::size_t group, float scale,
+                                    float* out);
+
 struct KernelTable {
   Isa isa;
   MatmulFn matmul_f32, matmul_f16, matmul_bf16;
@@ -86,6 +107,9 @@ struct KernelTable {
   // ones.
   QuantMatmulFn matmul_q8_0_x16, matmul_q4_0_x16, matmul_q4_k_x16, matmul_q6_k_x16;
   MatmulFn dequant_q8_0_x16, dequant_q4_0_x16, dequant_q4_k_x16, dequant_q6_k_x16;
+  // Attention through a paged cache's block table, per cache element type.
+  AttendGroupPagedFn attend_group_paged_f32 = nullptr, attend_group_paged_f16 = nullptr,
+                     attend_group_paged_bf16 = nullptr, attend_group_paged_q8_0 = nullptr;
   // Whether this table's kernels run the repacked types faster than the file's layout (VNNI);
   // loaders repack for it (LoadOptions::repack).
   bool prefers_interleaved = false;
@@ -150,6 +174,17 @@ struct KernelTable {
       return attend_group_q8_0;
     else
       return attend_group_f32;
+  }
+  template <class KV>
+  AttendGroupPagedFn attend_group_paged_for() const noexcept {
+    if constexpr (std::is_same_v<KV, f16>)
+      return attend_group_paged_f16;
+    else if constexpr (std::is_same_v<KV, bf16>)
+      return attend_group_paged_bf16;
+    else if constexpr (std::is_same_v<KV, BlockQ8_0>)
+      return attend_group_paged_q8_0;
+    else
+      return attend_group_paged_f32;
   }
   template <class KV>
   AttendHeadFn attend_head_for() const noexcept {

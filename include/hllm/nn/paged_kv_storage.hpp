@@ -18,6 +18,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -27,6 +28,7 @@
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/kv_element.hpp"
+#include "hllm/kernels/dispatch.hpp"
 #include "hllm/nn/kv_block_allocator.hpp"
 
 namespace hllm {
@@ -122,6 +124,29 @@ class PagedKVStorage {
   }
   const KV* values(BlockId block, std::size_t layer, std::size_t kv_head) const noexcept {
     return data_.data() + offset(block, layer, 1, kv_head);
+  }
+
+  // Where attention finds one layer's keys (kv = 0) or values (kv = 1) of one KV head for the
+  // positions first.. of a sequence whose blocks, in position order, are `blocks` (a block
+  // table's; it must outlive the result): the paged attention kernels' view of this layout
+  // (kernels::KVBlockRows). Throws unsupported unless block_tokens is a power of two.
+  kernels::KVBlockRows rows(std::span<const BlockId> blocks, std::size_t layer, std::size_t kv,
+                            std::size_t kv_head, std::size_t first) const {
+    if ((block_tokens_ & (block_tokens_ - 1)) != 0)
+      throw Error(ErrorKind::unsupported, "paged attention needs a power-of-two block size, got " +
+                                              std::to_string(block_tokens_) + " tokens");
+    if (layer >= n_layers_ || kv > 1 || kv_head >= n_kv_heads_)
+      throw Error(ErrorKind::out_of_range, "KV rows of layer " + std::to_string(layer) + ", head " +
+                                               std::to_string(kv_head) + ": the pool has " +
+                                               std::to_string(n_layers_) + " layers of " +
+                                               std::to_string(n_kv_heads_) + " heads");
+    return {data_.data(),
+            blocks.data(),
+            block_elements_,
+            offset(0, layer, kv, kv_head),
+            block_tokens_,
+            kv_row_elements<KV>(head_dim_),
+            first};
   }
 
   // Writes the keys and values of one token, at `slot` of `block`, in `layer`.
