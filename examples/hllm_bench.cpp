@@ -38,9 +38,7 @@
 
 #include <sys/mman.h>
 
-#if HLLM_X86
-#include <immintrin.h>
-#endif
+#include "hllm/simd/intrinsics.hpp"
 
 namespace {
 

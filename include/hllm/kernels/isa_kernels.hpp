@@ -30,21 +30,9 @@
 #include "hllm/kernels/reference.hpp"
 #include "hllm/kernels/scratch.hpp"
 #include "hllm/simd/cpu_features.hpp"
+#include "hllm/simd/intrinsics.hpp"
 #include "hllm/simd/isa.hpp"
 #include "hllm/simd/target.hpp"
-
-#if HLLM_X86
-// GCC 12's AVX-512 intrinsics initialise their "undefined" registers from themselves, which its
-// own -Wuninitialized then reports at every use; the state at the header's lines decides, so
-// the header is read with those two warnings off.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
 
 #define HLLM_ISA_LEVEL 0
 #define HLLM_QUANT_VNNI 0
