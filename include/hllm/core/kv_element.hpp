@@ -7,9 +7,11 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
+#include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/quant_blocks.hpp"
 
@@ -50,6 +52,20 @@ constexpr std::optional<KVType> kv_type_from_name(std::string_view name) noexcep
   for (const KVType type : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
     if (name == to_string(type)) return type;
   return std::nullopt;
+}
+
+// f.template operator()<KV>() for the element type `type` names: where a run-time KVType picks
+// one of the typed instantiations (AnyKVCache, AnyPagedKVStorage).
+template <class F>
+decltype(auto) with_kv_element(KVType type, F&& f) {
+  switch (type) {
+    case KVType::f16: return f.template operator()<f16>();
+    case KVType::bf16: return f.template operator()<bf16>();
+    case KVType::q8_0: return f.template operator()<BlockQ8_0>();
+    case KVType::f32: return f.template operator()<float>();
+  }
+  throw Error(ErrorKind::invalid_argument,
+              "KV cache type " + std::to_string(static_cast<int>(type)) + " is not a KVType");
 }
 
 // Values one element holds.

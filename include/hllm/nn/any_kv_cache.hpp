@@ -79,17 +79,9 @@ class AnyKVCache {
 
   static Variant make(KVType type, std::size_t n_layers, std::size_t n_kv_heads,
                       std::size_t head_dim, std::size_t capacity) {
-    auto build = [&]<class KV>() {
+    return with_kv_element(type, [&]<class KV>() {
       return Variant(std::in_place_type<KVCache<KV>>, n_layers, n_kv_heads, head_dim, capacity);
-    };
-    switch (type) {
-      case KVType::f16: return build.template operator()<f16>();
-      case KVType::bf16: return build.template operator()<bf16>();
-      case KVType::q8_0: return build.template operator()<BlockQ8_0>();
-      case KVType::f32: return build.template operator()<float>();
-    }
-    throw Error(ErrorKind::invalid_argument,
-                "KV cache type " + std::to_string(static_cast<int>(type)) + " is not a KVType");
+    });
   }
 
   Variant cache_;

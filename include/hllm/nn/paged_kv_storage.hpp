@@ -218,26 +218,10 @@ class AnyPagedKVStorage {
   using Variant = std::variant<PagedKVStorage<float>, PagedKVStorage<f16>, PagedKVStorage<bf16>,
                                PagedKVStorage<BlockQ8_0>>;
 
- private:
-  // f.template operator()<KV>() for the element type `type` names (defined before its callers,
-  // which need its deduced return type).
-  template <class F>
-  static decltype(auto) dispatch(KVType type, F&& f) {
-    switch (type) {
-      case KVType::f16: return f.template operator()<f16>();
-      case KVType::bf16: return f.template operator()<bf16>();
-      case KVType::q8_0: return f.template operator()<BlockQ8_0>();
-      case KVType::f32: return f.template operator()<float>();
-    }
-    throw Error(ErrorKind::invalid_argument,
-                "KV cache type " + std::to_string(static_cast<int>(type)) + " is not a KVType");
-  }
-
- public:
   // The same checks and errors as PagedKVStorage's constructor.
   AnyPagedKVStorage(KVType type, std::size_t n_blocks, std::size_t block_tokens,
                     std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim)
-      : storage_(dispatch(type, [&]<class KV>() {
+      : storage_(with_kv_element(type, [&]<class KV>() {
           return Variant(std::in_place_type<PagedKVStorage<KV>>, n_blocks, block_tokens, n_layers,
                          n_kv_heads, head_dim);
         })) {}
@@ -245,14 +229,14 @@ class AnyPagedKVStorage {
   // PagedKVStorage<KV>::block_bytes and blocks_for_bytes for a type chosen at run time.
   static std::size_t block_bytes(KVType type, std::size_t block_tokens, std::size_t n_layers,
                                  std::size_t n_kv_heads, std::size_t head_dim) {
-    return dispatch(type, [&]<class KV>() {
+    return with_kv_element(type, [&]<class KV>() {
       return PagedKVStorage<KV>::block_bytes(block_tokens, n_layers, n_kv_heads, head_dim);
     });
   }
   static std::size_t blocks_for_bytes(KVType type, std::size_t bytes, std::size_t block_tokens,
                                       std::size_t n_layers, std::size_t n_kv_heads,
                                       std::size_t head_dim) {
-    return dispatch(type, [&]<class KV>() {
+    return with_kv_element(type, [&]<class KV>() {
       return PagedKVStorage<KV>::blocks_for_bytes(bytes, block_tokens, n_layers, n_kv_heads,
                                                   head_dim);
     });
