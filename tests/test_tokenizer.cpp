@@ -17,11 +17,13 @@
 #include "hllm/core/error.hpp"
 #include "hllm/generate/chat_template.hpp"
 #include "hllm/io/gguf_reader.hpp"
+#include "hllm/io/gguf_writer.hpp"
 #include "hllm/tokenizer/pretokenizer.hpp"
 #include "hllm/tokenizer/streaming_decoder.hpp"
 #include "hllm/tokenizer/tokenizer.hpp"
 #include "hllm/tokenizer/unicode.hpp"
 #include "hllm/tokenizer/vocabulary_gguf.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -194,10 +196,10 @@ TEST(Tokenizer, InvalidUtf8NeverCrashes) {
   }
 }
 
-// The invalid-UTF-8 policy, exactly (docs/reliability.md, "Invalid UTF-8"): encoding never rejects bytes.
-// SentencePiece keeps every byte that is not part of a valid piece as its byte-fallback token
-// <0xXX>, so decode() returns the input bytes unchanged; byte-level BPE replaces each byte that
-// does not start a valid sequence with U+FFFD first (one per byte, llama.cpp's
+// The invalid-UTF-8 policy, exactly (docs/reliability.md, "Invalid UTF-8"): encoding never rejects
+// bytes. SentencePiece keeps every byte that is not part of a valid piece as its byte-fallback
+// token <0xXX>, so decode() returns the input bytes unchanged; byte-level BPE replaces each byte
+// that does not start a valid sequence with U+FFFD first (one per byte, llama.cpp's
 // unicode_cpts_from_utf8), so it encodes exactly like the repaired text. decode() returns the
 // bytes the tokens stand for; StreamingDecoder always emits valid UTF-8 (U+FFFD per bad byte).
 bool valid_utf8(const std::string& text) {
@@ -491,3 +493,43 @@ TEST(PreTokenizer, UnknownNameIsUnsupported) {
 }
 
 }  // namespace
+
+namespace {
+
+// A byte-level BPE vocabulary as a GGUF file: the stand-ins of every byte but those in
+// `missing`, "Ġa", and the merge that makes it.
+hllm::gguf::File byte_level_vocabulary(const std::vector<int>& missing) {
+  const auto& bytes = hllm::unicode::ByteMapping::instance();
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b)
+    if (std::find(missing.begin(), missing.end(), b) == missing.end())
+      tokens.push_back(bytes.text_of(static_cast<unsigned char>(b)));
+  tokens.push_back(bytes.text_of(' ') + "a");
+  hllm::gguf::Writer w;
+  w.set("tokenizer.ggml.model", "gpt2");
+  w.set("tokenizer.ggml.pre", "default");
+  w.set("tokenizer.ggml.tokens", tokens);
+  w.set("tokenizer.ggml.merges", std::vector<std::string>{bytes.text_of(' ') + " a"});
+  static std::vector<std::vector<std::byte>> keep;  // the File borrows its bytes
+  keep.push_back(w.to_bytes());
+  return hllm::gguf::File::from_memory(keep.back(), "vocab.gguf");
+}
+
+}  // namespace
+
+// Real byte-level vocabularies lack rare bytes (SmolLM2-135M's has no token for 0x04, 0x06,
+// 0x13, 0x14, 0x16, 0x1D, 0xF1, 0xF2): such a vocabulary loads, and encoding drops a byte with
+// no token, as llama.cpp does. One without the bytes of ordinary text is no byte-level
+// vocabulary and is refused.
+TEST(ByteLevelVocabulary, RareBytesMayBeMissingOrdinaryOnesMayNot) {
+  const hllm::Tokenizer smollm_like(
+      hllm::vocabulary_from_gguf(byte_level_vocabulary({0x04, 0x06, 0x13, 0xF1, 0xF2, 0xFF})));
+  const std::vector<std::int32_t> ids = smollm_like.encode("b\x04 a", {.add_special = false});
+  ASSERT_EQ(ids.size(), 2u);  // "b", "Ġa": the 0x04 has no token
+  EXPECT_EQ(smollm_like.decode(ids), "b a");
+  for (const int ordinary : {' ', '\n', 'a', '~'})
+    hllm::test::expect_error(
+        [&] { (void)hllm::vocabulary_from_gguf(byte_level_vocabulary({ordinary})); },
+        hllm::ErrorKind::format, "tokenizer.ggml.model", "vocab.gguf", std::nullopt,
+        "none for byte " + std::to_string(ordinary));
+}

@@ -70,17 +70,20 @@ inline void check_vocabulary_content(const Vocabulary& v, const gguf::File& file
                           name + " (a byte-level BPE vocabulary is model 'gpt2')");
     }
   } else if (v.model == "gpt2") {
-    // Byte-level BPE: the stand-in character of every byte that valid UTF-8 can hold is a token
-    // of its own (text is repaired to valid UTF-8 before encoding, so 0xC0, 0xC1 and 0xF5-0xFF
-    // never occur, and real vocabularies such as GPT-NeoX's lack them).
+    // Byte-level BPE: the stand-in characters of the bytes of ordinary text (tab, line feed,
+    // carriage return, printable ASCII) are tokens of their own, or the vocabulary is not a
+    // byte-level one (a SentencePiece vocabulary has no "\u0120" for the space). Other bytes may
+    // be absent: real vocabularies drop rare ones (SmolLM2's lacks 0x04, 0x06, 0x13, 0x14, 0x16,
+    // 0x1D, 0xF1 and 0xF2; GPT-NeoX's the bytes UTF-8 never holds), and encoding drops a byte
+    // with no token, as llama.cpp does.
     const unicode::ByteMapping& bytes = unicode::ByteMapping::instance();
-    for (int b = 0; b < 256; ++b) {
-      if (b == 0xC0 || b == 0xC1 || b >= 0xF5) continue;
+    for (int b = 0; b < 0x7F; ++b) {
+      if (b < 0x20 && b != '\t' && b != '\n' && b != '\r') continue;
       const std::string& text = bytes.text_of(static_cast<unsigned char>(b));
       if (tokens.find(text) == tokens.end())
         fail("model",
              "a byte-level BPE ('gpt2') vocabulary needs a token for each byte of "
-             "UTF-8 text; this one has none for byte " +
+             "ordinary text (tab, newlines, printable ASCII); this one has none for byte " +
                  std::to_string(b) + " " + gguf::quote(text) +
                  " (a SentencePiece vocabulary is model 'llama')");
     }
