@@ -6,6 +6,8 @@
 // bytes, which is what long contexts make the cache's reads cost in decode.
 
 #include <cstddef>
+#include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -77,6 +79,31 @@ inline constexpr std::size_t kv_values_per_element = std::is_same_v<KV, BlockQ8_
 template <class KV>
 constexpr std::size_t kv_row_elements(std::size_t head_dim) noexcept {
   return head_dim / kv_values_per_element<KV>;
+}
+
+// Throws unsupported unless rows of head_dim values are whole elements (a Q8_0 row is whole
+// 32-value blocks): the check of every cache that holds KV rows.
+template <class KV>
+void check_kv_head_dim(std::size_t head_dim) {
+  if (head_dim % kv_values_per_element<KV> != 0)
+    throw Error(ErrorKind::unsupported,
+                "a Q8_0 KV cache needs head_dim to be a multiple of 32 (head dim " +
+                    std::to_string(head_dim) + ")");
+}
+
+// The product of caller-chosen counts of KV elements, refused before it could wrap to a small
+// buffer: Error(capacity, what + " overflows the address space"). The factor 2 of headroom
+// covers a cache's keys and values; the rest leaves room for the bytes.
+template <class KV>
+std::size_t checked_kv_elements(std::initializer_list<std::size_t> factors,
+                                const std::string& what) {
+  std::size_t product = 1;
+  for (const std::size_t factor : factors) {
+    if (factor > std::numeric_limits<std::size_t>::max() / 2 / sizeof(KV) / product)
+      throw Error(ErrorKind::capacity, what + " overflows the address space");
+    product *= factor;
+  }
+  return product;
 }
 
 // Row j of consecutive cached rows.   rows: [n][head_dim] values

@@ -5,7 +5,6 @@
 // Storing at a position at or past the capacity is an hllm::Error, never a write out of bounds.
 
 #include <cstddef>
-#include <limits>
 #include <string>
 
 #include "hllm/core/aligned_buffer.hpp"
@@ -29,19 +28,10 @@ class KVCache {
                   "KV cache dimensions must be positive (layers " + std::to_string(n_layers) +
                       ", kv heads " + std::to_string(n_kv_heads) + ", head dim " +
                       std::to_string(head_dim) + ", capacity " + std::to_string(capacity) + ")");
-    if (head_dim % kv_values_per_element<KV> != 0)
-      throw Error(ErrorKind::unsupported,
-                  "a Q8_0 KV cache needs head_dim to be a multiple of 32 (head dim " +
-                      std::to_string(head_dim) + ")");
-    // Overflow-checked: the product of four caller-chosen sizes must not wrap to a small buffer.
-    std::size_t elements = 1;
-    for (const std::size_t factor :
-         {n_layers, n_kv_heads, capacity, kv_row_elements<KV>(head_dim)}) {
-      if (factor > std::numeric_limits<std::size_t>::max() / 2 / sizeof(KV) / elements)
-        throw Error(ErrorKind::capacity, "KV cache of " + std::to_string(capacity) +
-                                             " tokens: its size overflows the address space");
-      elements *= factor;
-    }
+    check_kv_head_dim<KV>(head_dim);
+    const std::size_t elements =
+        checked_kv_elements<KV>({n_layers, n_kv_heads, capacity, kv_row_elements<KV>(head_dim)},
+                                "KV cache of " + std::to_string(capacity) + " tokens: its size");
     try {
       keys_ = AlignedBuffer<KV>(elements);
       values_ = AlignedBuffer<KV>(elements);

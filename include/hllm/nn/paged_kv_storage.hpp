@@ -16,8 +16,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <initializer_list>
-#include <limits>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -50,12 +48,10 @@ class PagedKVStorage {
                       std::to_string(block_tokens) + ", layers " + std::to_string(n_layers) +
                       ", kv heads " + std::to_string(n_kv_heads) + ", head dim " +
                       std::to_string(head_dim) + ")");
-    if (head_dim % kv_values_per_element<KV> != 0)
-      throw Error(ErrorKind::unsupported,
-                  "a Q8_0 KV cache needs head_dim to be a multiple of 32 (head dim " +
-                      std::to_string(head_dim) + ")");
-    return checked_product({n_layers, 2, n_kv_heads, block_tokens, kv_row_elements<KV>(head_dim)},
-                           "a KV block");
+    check_kv_head_dim<KV>(head_dim);
+    return checked_kv_elements<KV>(
+        {n_layers, 2, n_kv_heads, block_tokens, kv_row_elements<KV>(head_dim)},
+        "the size of a KV block");
   }
   static std::size_t block_bytes(std::size_t block_tokens, std::size_t n_layers,
                                  std::size_t n_kv_heads, std::size_t head_dim) {
@@ -98,7 +94,8 @@ class PagedKVStorage {
       throw Error(ErrorKind::invalid_argument, "a paged KV cache needs from 1 to " +
                                                    std::to_string(KVBlockAllocator::kMaxBlocks) +
                                                    " blocks, got " + std::to_string(n_blocks));
-    const std::size_t elements = checked_product({n_blocks, block_elements_}, "a KV block pool");
+    const std::size_t elements =
+        checked_kv_elements<KV>({n_blocks, block_elements_}, "the size of a KV block pool");
     try {
       data_ = AlignedBuffer<KV>(elements);  // [n_blocks][block_elements]
     } catch (const Error& e) {
@@ -190,19 +187,6 @@ class PagedKVStorage {
       throw Error(ErrorKind::out_of_range, std::string("KV ") + what + " block " +
                                                std::to_string(block) + ": the pool has " +
                                                std::to_string(n_blocks_) + " blocks");
-  }
-
-  // The product of caller-chosen sizes, refused before it could wrap to a small buffer (with
-  // the factor 2 of headroom KVCache keeps, and room for the bytes).
-  static std::size_t checked_product(std::initializer_list<std::size_t> factors, const char* what) {
-    std::size_t product = 1;
-    for (const std::size_t factor : factors) {
-      if (factor > std::numeric_limits<std::size_t>::max() / 2 / sizeof(KV) / product)
-        throw Error(ErrorKind::capacity,
-                    std::string("the size of ") + what + " overflows the address space");
-      product *= factor;
-    }
-    return product;
   }
 
   std::size_t n_blocks_, block_tokens_, n_layers_, n_kv_heads_, head_dim_;
