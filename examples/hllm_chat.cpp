@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
         options.seed_drawn ? " (random)" : "");
     hllm::Conversation chat(session, tokenizer, format, options.system);
     return hllm::cli::run_chat_loop(
-        chat, session, sampler,
+        chat, sampler,
         {.program = "hllm-chat", .max_reply = options.max_reply, .log = !options.log_disable});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-chat: %s\n", e.what());

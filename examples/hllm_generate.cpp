@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
       log("seed: %llu%s\n", static_cast<unsigned long long>(options.sampler.seed),
           options.seed_drawn ? " (random)" : "");
       hllm::Conversation chat(session, *tokenizer, format, prompt_given ? prompt_text : "");
-      return hllm::cli::run_chat_loop(chat, session, sampler,
+      return hllm::cli::run_chat_loop(chat, sampler,
                                       {.program = "hllm-generate",
                                        .max_reply = options.n_predict,
                                        .log = !options.log_disable});

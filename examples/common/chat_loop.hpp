@@ -75,8 +75,8 @@ struct ChatLoopOptions {
 
 // Runs the chat until EOF or "/exit" on stdin. Returns the program's exit status.
 template <class Session>
-int run_chat_loop(Conversation<Session>& chat, Session& session, Sampler& sampler,
-                  const ChatLoopOptions& options) {
+int run_chat_loop(Conversation<Session>& chat, Sampler& sampler, const ChatLoopOptions& options) {
+  const Session& session = chat.session();
   auto log = [&](const char* format, auto... args) {
     if (options.log) std::fprintf(stderr, format, args...);
   };

@@ -28,6 +28,7 @@
 #include "hllm/generate/chat_template.hpp"
 #include "hllm/generate/generate.hpp"
 #include "hllm/generate/sampler.hpp"
+#include "hllm/tokenizer/spm_tokenizer.hpp"
 #include "hllm/tokenizer/streaming_decoder.hpp"
 #include "hllm/tokenizer/tokenizer.hpp"
 
@@ -138,6 +139,7 @@ class Conversation {
   // prefills these is in the same state.
   const std::vector<std::int32_t>& tokens() const noexcept { return history_; }
   ChatFormat format() const noexcept { return format_; }
+  const S& session() const noexcept { return session_; }
 
   // Starts over: the session is reset and only the system message is kept.
   void reset() {
@@ -154,7 +156,7 @@ class Conversation {
   static std::int32_t sentencepiece_space(const Tokenizer& tokenizer) {
     if (!tokenizer.is_sentencepiece() || !tokenizer.vocabulary().add_space_prefix) return -1;
     const auto& tokens = tokenizer.vocabulary().tokens;
-    const auto it = std::find(tokens.begin(), tokens.end(), "\xE2\x96\x81");
+    const auto it = std::find(tokens.begin(), tokens.end(), tokenizer::spm_space);
     return it == tokens.end() ? -1 : static_cast<std::int32_t>(it - tokens.begin());
   }
 
