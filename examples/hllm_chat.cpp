@@ -66,9 +66,6 @@ Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
 int main(int argc, char** argv) {
   hllm::cli::Parser cli("hllm-chat", "Chats with an instruction-tuned model, a message a line.");
   const Options options = parse(argc, argv, cli);
-  auto log = [&](const char* format, auto... args) {
-    if (!options.log_disable) std::fprintf(stderr, format, args...);
-  };
   try {
     hllm::GgufModel loaded = hllm::load_gguf_model(
         options.model_path, {.progress = hllm::examples::load_progress(!options.log_disable)});
@@ -84,15 +81,14 @@ int main(int argc, char** argv) {
     hllm::SamplerParams sampler_params = options.sampler;
     sampler_params.repeat_last_n = cli.repeat_last_n(session.context());
     hllm::Sampler sampler(sampler_params);
-    log("model: %s\nchat format: %s, context %zu tokens, ISA %s, %zu threads, KV cache %s\n",
-        options.model_path.c_str(), hllm::to_string(format), session.context(),
-        hllm::to_string(session.isa()), session.threads(), hllm::to_string(session.kv_type()));
-    log("seed: %llu%s\n", static_cast<unsigned long long>(options.sampler.seed),
-        options.seed_drawn ? " (random)" : "");
     hllm::Conversation chat(session, tokenizer, format, options.system);
-    return hllm::cli::run_chat_loop(
-        chat, sampler,
-        {.program = "hllm-chat", .max_reply = options.max_reply, .log = !options.log_disable});
+    return hllm::cli::run_chat_loop(chat, sampler,
+                                    {.program = "hllm-chat",
+                                     .model = options.model_path,
+                                     .seed = options.sampler.seed,
+                                     .seed_drawn = options.seed_drawn,
+                                     .max_reply = options.max_reply,
+                                     .log = !options.log_disable});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-chat: %s\n", e.what());
     return 1;

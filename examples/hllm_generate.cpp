@@ -93,9 +93,8 @@ Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
   cli.flag("-i,--interactive", o.interactive,
            "After each reply, read more text from stdin and continue (EOF or /exit ends)");
   cli.flag("--conversation", o.conversation,
-           "(also -cnv) Chat with the model in its chat format, a message a line from stdin (the "
-           "prompt, "
-           "if given, is the system message), as hllm-chat does");
+           "(also -cnv) Chat with the model in its chat format, a message a line from stdin "
+           "(the prompt, if given, is the system message), as hllm-chat does");
   hllm::cli::chat_template(cli, o.chat_template);
   cli.flag("--log-disable", o.log_disable, "Print nothing on stderr but errors (and --json)");
   cli.flag("--json", o.json, "Print the statistics as one JSON object on stderr");
@@ -204,14 +203,12 @@ int main(int argc, char** argv) {
                           "-cnv needs a model file with a tokenizer");
       const hllm::ChatFormat format =
           hllm::cli::resolve_chat_format(options.chat_template, model_template);
-      log("model: %s\nchat format: %s, context %zu tokens, ISA %s, %zu threads, KV cache %s\n",
-          model_name.c_str(), hllm::to_string(format), session.context(),
-          hllm::to_string(session.isa()), session.threads(), hllm::to_string(session.kv_type()));
-      log("seed: %llu%s\n", static_cast<unsigned long long>(options.sampler.seed),
-          options.seed_drawn ? " (random)" : "");
       hllm::Conversation chat(session, *tokenizer, format, prompt_given ? prompt_text : "");
       return hllm::cli::run_chat_loop(chat, sampler,
                                       {.program = "hllm-generate",
+                                       .model = model_name,
+                                       .seed = options.sampler.seed,
+                                       .seed_drawn = options.seed_drawn,
                                        .max_reply = options.n_predict,
                                        .log = !options.log_disable});
     }

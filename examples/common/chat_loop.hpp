@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -68,9 +69,12 @@ inline ChatFormat resolve_chat_format(const std::string& option,
 }
 
 struct ChatLoopOptions {
-  const char* program;  // for messages: "hllm-chat"
-  int max_reply = -1;   // tokens per reply at most; -1: until a stop token or the context ends
-  bool log = true;      // the per-turn speed and the summary on stderr
+  const char* program;     // for messages: "hllm-chat"
+  std::string_view model;  // the model's name, for the first lines on stderr
+  std::uint64_t seed = 0;  // the sampler's seed, and whether it was drawn (--seed -1)
+  bool seed_drawn = false;
+  int max_reply = -1;  // tokens per reply at most; -1: until a stop token or the context ends
+  bool log = true;     // the model, format and seed lines, each turn's speed and the summary
 };
 
 // Runs the chat until EOF or "/exit" on stdin. Returns the program's exit status.
@@ -80,6 +84,11 @@ int run_chat_loop(Conversation<Session>& chat, Sampler& sampler, const ChatLoopO
   auto log = [&](const char* format, auto... args) {
     if (options.log) std::fprintf(stderr, format, args...);
   };
+  log("model: %.*s\nchat format: %s, context %zu tokens, ISA %s, %zu threads, KV cache %s\n",
+      static_cast<int>(options.model.size()), options.model.data(), to_string(chat.format()),
+      session.context(), to_string(session.isa()), session.threads(), to_string(session.kv_type()));
+  log("seed: %llu%s\n", static_cast<unsigned long long>(options.seed),
+      options.seed_drawn ? " (random)" : "");
   const bool interactive = isatty(STDIN_FILENO) != 0;
   std::string line;
   while (true) {
