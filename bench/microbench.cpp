@@ -96,33 +96,36 @@ BENCHMARK(BM_Matmul<float>)->Apply(matmul_shapes);
 BENCHMARK(BM_Matmul<hllm::f16>)->Apply(matmul_shapes);
 BENCHMARK(BM_Matmul<hllm::bf16>)->Apply(matmul_shapes);
 
-// BF16 weights on the fast path: activations rounded to bf16, vdpbf16ps (where the CPU has
-// AVX512-BF16; what a non-exact session runs). Prefill shapes.
-void BM_MatmulBf16Dot(benchmark::State& state) {
-  const auto fn = hllm::kernels::active().matmul_bf16_dot;
-  if (fn == nullptr) {
-    state.SkipWithError("no AVX512-BF16 on this CPU");
-    return;
-  }
-  const auto rows = static_cast<std::size_t>(state.range(0)),
-             cols = static_cast<std::size_t>(state.range(1)),
-             n = static_cast<std::size_t>(state.range(2));
-  const auto w = convert<hllm::bf16>(random_floats(rows * cols, 1));
+// F32 and F16 weights in the 16-row panels a load repacks them into on AVX-512
+// (DType::f32_x16, f16_x16): decode, a small batch and prefill.
+template <class T>
+void BM_MatmulFloatPanels(benchmark::State& state) {
+  MatmulShape shape;
+  if (!matmul_shape(state, shape)) return;
+  const auto [isa, rows, cols, n] = shape;
+  const auto w = convert<T>(random_floats(rows * cols, 1));
+  const hllm::WeightTensor file{hllm::WeightTensor::dtype_of<T>(), w.data(), rows, cols, "w"};
+  hllm::AlignedBuffer<std::byte> panels(file.bytes());
+  const hllm::DType type = hllm::repack_tensor(file, panels.data());
   const auto x = random_floats(n * cols, 2);
   std::vector<float> y(n * rows);
+  const auto fn = hllm::kernels::table_for(isa).matmul_for(type);
   hllm::AlignedBuffer<std::byte> scratch(hllm::kernels::matmul_scratch_bytes(cols, n));
   for (auto _ : state) {
-    fn(w.data(), rows, cols, x.data(), n, y.data(), 0, rows, scratch.data());
+    fn(panels.data(), rows, cols, x.data(), n, y.data(), 0, rows, scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
-  set_matmul_counters(state, 0, rows, cols, n);
+  state.SetLabel(hllm::to_string(isa));
+  set_matmul_counters(state, rows * cols * sizeof(T), rows, cols, n);
 }
-BENCHMARK(BM_MatmulBf16Dot)
-    ->Args({2048, 2048, 512})
-    ->Args({5632, 2048, 512})
-    ->Args({2048, 5632, 512})
-    ->ArgNames({"rows", "cols", "n"})
-    ->Unit(benchmark::kMillisecond);
+void float_panel_shapes(benchmark::internal::Benchmark* b) {
+  for (int isa : {1, 2})
+    for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}})
+      for (int n : {1, 8, 512}) b->Args({isa, rows, cols, n});
+  b->ArgNames({"isa", "rows", "cols", "n"})->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_MatmulFloatPanels<float>)->Apply(float_panel_shapes);
+BENCHMARK(BM_MatmulFloatPanels<hllm::f16>)->Apply(float_panel_shapes);
 
 // BF16 weights repacked into 16-row pair panels (DType::bf16_x16, as a loaded model holds them
 // on AVX-512 CPUs) on the fast path: the GEMM above without its weight packing (n = 512) and
@@ -168,16 +171,20 @@ BENCHMARK(BM_MatmulBf16Panels)->Apply(bf16_panel_shapes);
 // Q4_K or Q6_K super-blocks of random bytes (every bit pattern is a valid block) with small
 // scales.
 std::vector<std::byte> random_k_quant(hllm::DType type, std::size_t n) {
-  const bool q4 = type == hllm::DType::q4_k;
-  const std::size_t block_bytes = q4 ? sizeof(hllm::BlockQ4_K) : sizeof(hllm::BlockQ6_K);
+  const std::size_t block_bytes = type == hllm::DType::q4_k   ? sizeof(hllm::BlockQ4_K)
+                                  : type == hllm::DType::q5_k ? sizeof(hllm::BlockQ5_K)
+                                                              : sizeof(hllm::BlockQ6_K);
   std::vector<std::byte> bytes(n / hllm::kQK_K * block_bytes);
   std::mt19937 rng(1);
   for (auto& b : bytes) b = static_cast<std::byte>(rng());
   const hllm::f16 d = hllm::from_float<hllm::f16>(1.0f / 64);
   for (std::size_t i = 0; i < n / hllm::kQK_K; ++i) {
-    if (q4)
+    if (type == hllm::DType::q4_k)
       reinterpret_cast<hllm::BlockQ4_K*>(bytes.data())[i].d =
           reinterpret_cast<hllm::BlockQ4_K*>(bytes.data())[i].dmin = d;
+    else if (type == hllm::DType::q5_k)
+      reinterpret_cast<hllm::BlockQ5_K*>(bytes.data())[i].d =
+          reinterpret_cast<hllm::BlockQ5_K*>(bytes.data())[i].dmin = d;
     else
       reinterpret_cast<hllm::BlockQ6_K*>(bytes.data())[i].d = d;
   }
@@ -190,7 +197,8 @@ std::vector<std::byte> random_k_quant(hllm::DType type, std::size_t n) {
 hllm::AlignedBuffer<std::byte> random_quant_weights(hllm::DType type, std::size_t rows,
                                                     std::size_t cols) {
   const hllm::DType file_type = hllm::file_type_of(type);
-  const auto file_layout = file_type == hllm::DType::q4_k || file_type == hllm::DType::q6_k
+  const auto file_layout = file_type == hllm::DType::q4_k || file_type == hllm::DType::q5_k ||
+                                   file_type == hllm::DType::q6_k
                                ? random_k_quant(file_type, rows * cols)
                                : hllm::quant::quantize(file_type, random_floats(rows * cols, 1));
   hllm::AlignedBuffer<std::byte> w(hllm::WeightTensor{type, nullptr, rows, cols, "w"}.bytes());
@@ -239,8 +247,10 @@ BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0_x16>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0_x16>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q5_k>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k_x16>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q5_k_x16>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k_x16>)->Apply(quant_matmul_shapes);

@@ -399,8 +399,7 @@ struct Peak {
 Peak peak_for(hllm::DType type, const Peaks& p, hllm::Isa isa) {
   const hllm::kernels::KernelTable& table = hllm::kernels::table_for(isa);
   if (table.quant_matmul_for(type) != nullptr && p.int8 > 0) return {p.int8, p.int8_kind};
-  if (hllm::file_type_of(type) == hllm::DType::bf16 && table.matmul_bf16_dot != nullptr &&
-      p.bf16 > 0)
+  if (type == hllm::DType::bf16_x16 && table.matmul_bf16_x16_dot != nullptr && p.bf16 > 0)
     return {p.bf16, "BF16"};
   return {p.fp32, "FP32"};
 }
@@ -591,8 +590,9 @@ int main(int argc, char** argv) {
   cli.threads(o.threads);
   cli.isa(o.isa);
   cli.choice("--repack", o.repack, {"auto", "never", "always"},
-             "Load-time 8-row interleaving of Q4_0/Q8_0 projections (auto: where the kernels of "
-             "the ISA that runs prefer it, i.e. AVX-512 VNNI)");
+             "Load-time repacking of the projections into 16-row panels (auto: where the kernels "
+             "of the ISA that runs read them: quantized types with AVX-512 VNNI, F32/F16 with "
+             "AVX-512, BF16 with AVX512-BF16)");
   cli.kv_type(o.kv_type);
   cli.choice("-o,--output", o.output, {"md", "json"}, "Output format");
   cli.flag("--log-disable", o.log_disable,
@@ -658,8 +658,10 @@ int main(int argc, char** argv) {
       // In memory, not a file mapping: the source stays (and so does its memory), so nothing is
       // moved just for huge pages.
       hllm::repack_weights(weights,
-                           {.interleave = plan.interleave, .bf16_panels = plan.bf16_panels}, false,
-                           hllm::examples::load_progress(!o.log_disable));
+                           {.interleave = plan.interleave,
+                            .bf16_panels = plan.bf16_panels,
+                            .float_panels = plan.float_panels},
+                           false, hllm::examples::load_progress(!o.log_disable));
       model_name = o.preset + " (synthetic)";
       type_name = hllm::dtype_name(type);
     }

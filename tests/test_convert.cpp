@@ -177,7 +177,8 @@ TEST(Convert, RefusesUnwritableTypes) {
 // new weights.
 TEST(Convert, KeepsEveryMetadataKeyItDoesNotRewrite) {
   namespace gguf = hllm::gguf;
-  const hllm::GgufModel bundled = hllm::load_gguf_model(HLLM_MODELS_DIR "/kjv-llama.gguf");
+  const hllm::GgufModel bundled =
+      hllm::load_gguf_model(HLLM_MODELS_DIR "/kjv-llama.gguf", {.repack = hllm::Repack::never});
   const hllm::Vocabulary vocabulary = hllm::vocabulary_from_gguf(*bundled.file);
   gguf::Writer source_writer = hllm::gguf_model_writer(bundled.config, bundled.weights);
   hllm::write_vocabulary(source_writer, vocabulary);
@@ -196,7 +197,7 @@ TEST(Convert, KeepsEveryMetadataKeyItDoesNotRewrite) {
   ASSERT_EQ(source->get_int("general.file_type"), 1);  // the bundled model's F16
 
   // What hllm-convert does with a GGUF input.
-  const hllm::GgufModel m = hllm::load_gguf_model(source);
+  const hllm::GgufModel m = hllm::load_gguf_model(source, {.repack = hllm::Repack::never});
   const hllm::ConvertedModel q8 = hllm::convert_model(m.config, m.weights, hllm::DType::q8_0);
   gguf::Writer out = hllm::gguf_model_writer(q8.config, q8.weights);
   hllm::write_vocabulary(out, hllm::vocabulary_from_gguf(*m.file));

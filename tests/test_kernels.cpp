@@ -358,6 +358,17 @@ std::vector<std::byte> random_weight_bytes(hllm::DType type, std::size_t rows, s
     return hllm::quant::quantize(type, hllm::test::random_vector(rows * cols, seed));
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> scale(0.5f / 64, 1.5f / 64);
+  if (type == hllm::DType::q4_1) {  // value = d·nibble + m
+    std::vector<hllm::BlockQ4_1> blocks(rows * cols / 32);
+    for (auto& b : blocks) {
+      b.d = hllm::from_float<hllm::f16>(scale(rng) * 8);
+      b.m = hllm::from_float<hllm::f16>(-scale(rng) * 64);
+      for (auto& q : b.qs) q = static_cast<std::uint8_t>(rng());
+    }
+    std::vector<std::byte> bytes(blocks.size() * sizeof(hllm::BlockQ4_1));
+    std::memcpy(bytes.data(), blocks.data(), bytes.size());
+    return bytes;
+  }
   const std::size_t block_bytes = type == hllm::DType::q4_k   ? sizeof(hllm::BlockQ4_K)
                                   : type == hllm::DType::q5_k ? sizeof(hllm::BlockQ5_K)
                                                               : sizeof(hllm::BlockQ6_K);
@@ -429,8 +440,8 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
   // scales with Σ|s·q·x| + Σ|min·x| <= Σ|w·x| + 2·Σ|min·x|: the minimums are the values of the
   // same blocks with every nibble zeroed.
   std::vector<std::byte> zeroed = bytes;
-  const bool has_minimum =
-      hllm::file_type_of(type) == hllm::DType::q4_k || type == hllm::DType::q5_k;
+  const bool has_minimum = hllm::file_type_of(type) == hllm::DType::q4_k ||
+                           hllm::file_type_of(type) == hllm::DType::q5_k;
   for (std::size_t i = 0; has_minimum && i < rows * cols / hllm::kQK_K; ++i) {
     if (type == hllm::DType::q4_k_x8) {
       if (i % 8 == 0)  // one group holds 8 rows' super-block
@@ -440,6 +451,12 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
       if (i % 16 == 0)  // one unit holds 16 rows' super-block
         for (auto& pair : reinterpret_cast<hllm::BlockQ4_Kx16*>(zeroed.data())[i / 16].pairs)
           std::memset(pair.qs, 0, sizeof pair.qs);
+    } else if (type == hllm::DType::q5_k_x16) {
+      if (i % 16 == 0) {
+        auto& unit = reinterpret_cast<hllm::BlockQ5_Kx16*>(zeroed.data())[i / 16];
+        std::memset(unit.qh, 0, sizeof unit.qh);
+        for (auto& pair : unit.pairs) std::memset(pair.qs, 0, sizeof pair.qs);
+      }
     } else if (type == hllm::DType::q4_k) {
       std::memset(reinterpret_cast<hllm::BlockQ4_K*>(zeroed.data())[i].qs, 0, hllm::kQK_K / 2);
     } else {
@@ -540,6 +557,9 @@ void check_repacked_quant_matmuls(
           case hllm::DType::q4_k:
             check_quant_matmul<hllm::BlockQ4_K>(isa, type, rows, k_cols, n, seed, split);
             break;
+          case hllm::DType::q5_k:
+            check_quant_matmul<hllm::BlockQ5_K>(isa, type, rows, k_cols, n, seed, split);
+            break;
           default: check_quant_matmul<hllm::BlockQ6_K>(isa, type, rows, k_cols, n, seed, split);
         }
   }
@@ -579,7 +599,7 @@ TEST_P(KernelIsa, PanelQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
        {64u, 6u, 8u},
        {32u, 64u, 17u},
        {48u, 34u, 271u}},
-      16, 3, {DType::q8_0_x16, DType::q4_0_x16, DType::q4_k_x16, DType::q6_k_x16});
+      16, 3, {DType::q8_0_x16, DType::q4_0_x16, DType::q4_k_x16, DType::q5_k_x16, DType::q6_k_x16});
 }
 
 // Repacking keeps every block: each reads back bit for bit (Q4_K's unpacked scales pack again
@@ -625,6 +645,8 @@ TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
                                                                  hllm::DType::q8_0_x16, 128, 32);
   check_interleaved_layout<hllm::BlockQ4_K, hllm::Interleaved16>(GetParam(), hllm::DType::q4_k,
                                                                  hllm::DType::q4_k_x16, 512, 32);
+  check_interleaved_layout<hllm::BlockQ5_K, hllm::Interleaved16>(GetParam(), hllm::DType::q5_k,
+                                                                 hllm::DType::q5_k_x16, 512, 32);
   check_interleaved_layout<hllm::BlockQ6_K, hllm::Interleaved16>(GetParam(), hllm::DType::q6_k,
                                                                  hllm::DType::q6_k_x16, 512, 32);
 }
@@ -667,38 +689,6 @@ TEST(Repack, QuantizedTypesTakeThePanelsWhereTheShapeAllows) {
     EXPECT_THROW(hllm::repack_tensor(hllm::WeightTensor{type, bytes.data(), 32, 256, "w"},
                                      q4 ? DType::q4_0_x16 : DType::q8_0_x16, out.data()),
                  hllm::Error);
-  }
-}
-
-// The AVX512-BF16 kernel rounds activations to bf16 (8 significant bits: |x − bf16(x)| <=
-// 2^-8·|x|), so against the exact product it may differ by Σ|w·x|·2^-8 on top of the float
-// summation bound. Exercised at prefill and decode sizes, odd column counts (a half-filled last
-// pair), ragged rows, row ranges of an odd number of 16-row groups (the kernel's tiles take two
-// at a time) and every chunk boundary.
-TEST(KernelAvx512Bf16, DotMatchesReferenceWithinActivationRounding) {
-  if (!hllm::cpu_supports(Isa::avx512) ||
-      hllm::kernels::table_for(Isa::avx512).matmul_bf16_dot == nullptr)
-    GTEST_SKIP() << "needs AVX512-BF16";
-  const hllm::kernels::MatmulFn fn = hllm::kernels::table_for(Isa::avx512).matmul_bf16_dot;
-  for (auto [shape_rows, shape_cols, shape_n] : {std::tuple{16u, 1u, 8u},
-                                                 {37u, 17u, 31u},
-                                                 {48u, 257u, 17u},
-                                                 {21u, 600u, 300u},
-                                                 {64u, 256u, 271u},
-                                                 {40u, 40u, 530u},
-                                                 {100u, 300u, 40u},
-                                                 {33u, 40u, 3u}}) {
-    const std::size_t rows = shape_rows, cols = shape_cols, n = shape_n;
-    const auto seed = static_cast<std::uint32_t>(rows * cols + n);
-    const auto w = to_type<hllm::bf16>(hllm::test::random_vector(rows * cols, seed));
-    const auto x = hllm::test::random_vector(n * cols, seed + 1);
-    std::vector<float> actual(n * rows, NAN);
-    const std::size_t split = rows / 2 | 1;
-    auto scratch = scratch_for(cols, n);
-    fn(w.data(), rows, cols, x.data(), n, actual.data(), 0, std::min(split, rows), scratch.data());
-    fn(w.data(), rows, cols, x.data(), n, actual.data(), std::min(split, rows), rows,
-       scratch.data());
-    expect_within_dot_bound(w, x, actual, rows, cols, n, std::ldexp(1.0, -8), "avx512_bf16");
   }
 }
 
@@ -782,32 +772,54 @@ TEST_P(KernelIsa, Bf16PanelMatmulMatchesReference) {
   }
 }
 
-// The AVX512-BF16 GEMM on the panels as they lie is the row-major GEMM without its packing:
-// on whole groups the same panels and the same order, so the same bits. Under 8 tokens the
-// panels' own dot tile (activations rounded to bf16 like the GEMM's), rows of a partial group
-// the float-activation kernel: within the derived bounds.
-TEST(KernelAvx512Bf16, PanelDotIsTheRowMajorDotWithoutPacking) {
+// F32 and F16 weights repacked into 16-row panels (DType::f32_x16, f16_x16): the GEMM (AVX-512,
+// 8 tokens or more; column chunks of 256 and token chunks of 512 crossed), four groups at a time
+// and one at a time under that, and groups cut by a row range, against the reference on every
+// ISA.
+template <class W>
+void check_float_panels(Isa isa, hllm::DType type) {
+  for (auto [rows, cols, n] : {std::tuple{16u, 3u, 1u},
+                               {80u, 300u, 2u},
+                               {96u, 257u, 9u},
+                               {32u, 600u, 530u},
+                               {64u, 40u, 17u}}) {
+    const auto w = to_type<W>(hllm::test::random_vector(rows * cols, rows + cols));
+    const auto x = hllm::test::random_vector(n * cols, n);
+    const hllm::WeightTensor file{hllm::WeightTensor::dtype_of<W>(), w.data(), rows, cols, "w"};
+    ASSERT_EQ(hllm::interleaved_type(file), type);
+    std::vector<std::byte> panels(file.bytes());
+    ASSERT_EQ(hllm::repack_tensor(file, panels.data()), type);
+    const hllm::kernels::MatmulFn fn = hllm::kernels::table_for(isa).matmul_for(type);
+    ASSERT_NE(fn, nullptr);
+    for (std::size_t split : {std::size_t{rows} / 2 / 16 * 16, std::size_t{rows} / 2 | 1}) {
+      std::vector<float> actual(n * rows, NAN);
+      auto scratch = scratch_for(cols, n);
+      fn(panels.data(), rows, cols, x.data(), n, actual.data(), 0, split, scratch.data());
+      fn(panels.data(), rows, cols, x.data(), n, actual.data(), split, rows, scratch.data());
+      expect_within_dot_bound(w, x, actual, rows, cols, n, 0,
+                              hllm::dtype_name(type) + " split " + std::to_string(split));
+    }
+  }
+}
+TEST_P(KernelIsa, FloatPanelMatmulMatchesReference) {
+  check_float_panels<float>(GetParam(), hllm::DType::f32_x16);
+  check_float_panels<hllm::f16>(GetParam(), hllm::DType::f16_x16);
+}
+
+// The AVX512-BF16 kernel on the panels rounds activations to bf16 (8 significant bits:
+// |x − bf16(x)| <= 2^-8·|x|), so against the exact product it may differ by Σ|w·x|·2^-8 on top of
+// the float summation bound: the GEMM (8 tokens or more) and the panels' own dot tile under 8
+// tokens, rows of a partial group on the float-activation kernel. Prefill and decode sizes, odd
+// pair counts, row ranges split inside groups, every chunk boundary.
+TEST(KernelAvx512Bf16, PanelDotMatchesReferenceWithinActivationRounding) {
   if (!hllm::cpu_supports(Isa::avx512) ||
       hllm::kernels::table_for(Isa::avx512).matmul_bf16_x16_dot == nullptr)
     GTEST_SKIP() << "needs AVX512-BF16";
   const auto& table = hllm::kernels::table_for(Isa::avx512);
   for (auto [rows, cols, n] : kBf16PanelShapes) {
     const Bf16Panels p = bf16_panels(rows, cols, n, rows + 3 * cols + n);
-    const std::size_t split = rows / 2 / 16 * 16;
-    std::vector<float> row_major(n * rows, NAN), panels(n * rows, NAN);
-    auto scratch = scratch_for(cols, n);
-    for (auto [begin, end] : {std::pair{std::size_t{0}, split}, {split, std::size_t{rows}}}) {
-      table.matmul_bf16_dot(p.rows.data(), rows, cols, p.x.data(), n, row_major.data(), begin, end,
-                            scratch.data());
-      table.matmul_bf16_x16_dot(p.panels.data(), rows, cols, p.x.data(), n, panels.data(), begin,
-                                end, scratch.data());
-    }
-    if (n >= 8) {
-      EXPECT_EQ(row_major, panels) << rows << "x" << cols << ", " << n << " tokens";
-    }
-    for (std::size_t odd_split : {split, std::size_t{rows} / 2 | 1})
-      expect_bf16_product(p, table.matmul_bf16_x16_dot, rows, cols, n, odd_split, true,
-                          "avx512_bf16");
+    for (std::size_t split : {std::size_t{rows} / 2 / 16 * 16, std::size_t{rows} / 2 | 1})
+      expect_bf16_product(p, table.matmul_bf16_x16_dot, rows, cols, n, split, true, "avx512_bf16");
   }
 }
 
@@ -894,6 +906,72 @@ TEST_P(KernelIsa, ComputeSplitsRowsAcrossThreadsExactly) {
       }
     }
   }
+}
+
+// Every matmul kernel is batch invariant: a token's outputs are the same bits whether it runs
+// alone or among any number of other tokens, wherever it sits among them. The batched forward's
+// promise that a sequence's logits do not depend on its batch (model/batch.hpp) rests on it, as
+// does a prefill chunk's equality with decoding its tokens one by one. Decode, the small-batch
+// tiles and the prefill GEMMs of every type and layout, fast and exact; ragged row counts (rows
+// outside whole panels) and columns that cross the GEMMs' K-chunks.
+TEST_P(KernelIsa, EveryMatmulIsBatchInvariant) {
+  using hllm::DType;
+  const std::size_t cols = 1280, max_tokens = 40;
+  const auto x = hllm::test::random_vector(max_tokens * cols, 11);
+  hllm::ThreadPool pool(1);
+  std::vector<hllm::BlockQ8Act> activations(max_tokens * cols / 32);
+  const hllm::Compute compute(hllm::kernels::table_for(GetParam()), pool, activations,
+                              {cols, max_tokens});
+  struct Case {
+    DType type;
+    std::size_t rows;
+  };
+  std::vector<Case> cases;
+  for (DType type : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1,
+                     DType::q4_k, DType::q5_k, DType::q6_k}) {
+    cases.push_back({type, 250});
+    cases.push_back({type, 256});
+  }
+  for (DType type : {DType::f32_x16, DType::f16_x16, DType::bf16_x16, DType::q8_0_x8,
+                     DType::q4_0_x8, DType::q4_k_x8, DType::q6_k_x8, DType::q8_0_x16,
+                     DType::q4_0_x16, DType::q4_k_x16, DType::q5_k_x16, DType::q6_k_x16})
+    cases.push_back({type, 256});
+  std::vector<std::string> failures;
+  for (const Case& c : cases) {
+    const DType file_type = hllm::file_type_of(c.type);
+    std::vector<std::byte> bytes;
+    if (file_type == DType::f32 || file_type == DType::f16 || file_type == DType::bf16) {
+      bytes = hllm::quant::quantize(file_type, hllm::test::random_vector(c.rows * cols, 12));
+      if (c.type != file_type) bytes = interleaved_bytes(file_type, bytes, c.rows, cols, c.type);
+    } else {
+      bytes = random_weight_bytes(c.type, c.rows, cols, 12);
+    }
+    const hllm::WeightTensor w{c.type, bytes.data(), c.rows, cols, "w"};
+    for (bool exact : {false, true}) {
+      const auto run = [&](const float* in, std::size_t n, float* out) {
+        if (exact)
+          compute.matmul_exact(w, in, n, out);
+        else
+          compute.matmul(w, in, n, out);
+      };
+      std::vector<float> alone(max_tokens * c.rows), together(max_tokens * c.rows);
+      for (std::size_t t = 0; t < max_tokens; ++t)
+        run(x.data() + t * cols, 1, alone.data() + t * c.rows);
+      for (std::size_t n : {2u, 3u, 4u, 5u, 7u, 8u, 9u, 15u, 16u, 17u, 31u, 40u}) {
+        const std::size_t first = max_tokens - n;  // the tokens' rows differ from the singles'
+        run(x.data() + first * cols, n, together.data());
+        if (std::memcmp(together.data(), alone.data() + first * c.rows,
+                        n * c.rows * sizeof(float)) != 0) {
+          failures.push_back(hllm::dtype_name(c.type) + " " + std::to_string(c.rows) + " rows" +
+                             (exact ? " exact" : "") + " from " + std::to_string(n) + " tokens");
+          break;
+        }
+      }
+    }
+  }
+  std::string list;
+  for (const std::string& f : failures) list += "\n  " + f;
+  EXPECT_TRUE(failures.empty()) << "not batch invariant:" << list;
 }
 
 // A matmul wider, or with more tokens, than the scratch was sized for is refused before any

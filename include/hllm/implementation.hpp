@@ -40,7 +40,7 @@
         &quant_ns::matmul_q6_k, &ns::matmul_dequant<BlockQ8_0, kQK8_0>,                           \
         &ns::matmul_dequant<BlockQ4_0, kQK4_0>, &ns::matmul_dequant<BlockQ4_1, kQK4_1>,           \
         &ns::matmul_dequant<BlockQ4_K, kQK_K>, &ns::matmul_dequant<BlockQ5_K, kQK_K>,             \
-        &ns::matmul_dequant<BlockQ6_K, kQK_K>, nullptr, &quant_ns::matmul_x8<BlockQ8_0>,          \
+        &ns::matmul_dequant<BlockQ6_K, kQK_K>, &quant_ns::matmul_x8<BlockQ8_0>,                   \
         &quant_ns::matmul_x8<BlockQ4_0>, &quant_ns::matmul_x8<BlockQ4_K>,                         \
         &quant_ns::matmul_x8<BlockQ6_K>, &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>,                \
         &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>,        \
@@ -67,22 +67,40 @@ inline KernelTable with_paged_attention(KernelTable table, AttendGroupPagedFn f3
   return table;
 }
 
+// A table with the F32, F16 and Q5_K panel entries of namespaces ns and quant_ns filled in, by
+// name.
+#define HLLM_PANEL_LAYOUTS(ns, quant_ns, table)                                       \
+  with_panel_layouts(table, &ns::matmul_float_x16<float>, &ns::matmul_float_x16<f16>, \
+                     &quant_ns::matmul_x16<BlockQ5_K>, &ns::matmul_dequant<BlockQ5_Kx16, kQK_K>)
+inline KernelTable with_panel_layouts(KernelTable table, MatmulFn f32, MatmulFn f16,
+                                      QuantMatmulFn q5_k, MatmulFn q5_k_exact) {
+  table.matmul_f32_x16 = f32;
+  table.matmul_f16_x16 = f16;
+  table.matmul_q5_k_x16 = q5_k;
+  table.dequant_q5_k_x16 = q5_k_exact;
+  return table;
+}
+
 // Declared in kernels/dispatch.hpp. Not inline: one definition per program, here.
 const KernelTable& table_for(Isa isa) {
   if (!cpu_supports(isa))
     throw Error(ErrorKind::unsupported,
                 std::string("this CPU cannot run the ") + to_string(isa) + " kernels");
-  static const KernelTable scalar_table =
-      HLLM_PAGED_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar));
+  static const KernelTable scalar_table = HLLM_PANEL_LAYOUTS(
+      scalar, scalar, HLLM_PAGED_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar)));
 #if HLLM_X86
-  static const KernelTable avx2_table = HLLM_PAGED_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2));
+  static const KernelTable avx2_table =
+      HLLM_PANEL_LAYOUTS(avx2, avx2, HLLM_PAGED_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2)));
   // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.
   static const KernelTable avx512_table = [] {
-    KernelTable table = HLLM_PAGED_ATTENTION(avx512, cpu_features().avx512_vnni
-                                                         ? HLLM_KERNEL_TABLE(avx512, avx512_vnni)
-                                                         : HLLM_KERNEL_TABLE(avx512, avx512));
+    KernelTable table =
+        cpu_features().avx512_vnni
+            ? HLLM_PANEL_LAYOUTS(
+                  avx512, avx512_vnni,
+                  HLLM_PAGED_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512_vnni)))
+            : HLLM_PANEL_LAYOUTS(avx512, avx512,
+                                 HLLM_PAGED_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512)));
     if (cpu_features().avx512_bf16) {
-      table.matmul_bf16_dot = &avx512_bf16::matmul_bf16_dot;
       table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
     }
     table.prefers_interleaved = cpu_features().avx512_vnni;
@@ -101,6 +119,7 @@ const KernelTable& table_for(Isa isa) {
 
 #undef HLLM_KERNEL_TABLE
 #undef HLLM_PAGED_ATTENTION
+#undef HLLM_PANEL_LAYOUTS
 
 // The model code for the dynamic spec, which the headers declare extern: compiled here once.
 namespace hllm {

@@ -24,7 +24,8 @@ enum class DType : std::uint32_t {
   // Not file types: Q4_0, Q8_0, Q4_K and Q6_K repacked at load time with 8 rows interleaved block
   // by block (Interleaved8 in quant_blocks.hpp), for the decode kernels; the same four in 16-row
   // panels (Interleaved16), for the VNNI decode and GEMM, where the shape allows; and BF16
-  // in 16-row column-pair panels (bf16_panels.hpp), for the BF16 GEMM and decode. Numbered past
+  // in 16-row column-pair panels (bf16_panels.hpp), for the BF16 GEMM and decode; F32 and F16 in
+  // 16-row panels (float_panels.hpp), for the FP32 GEMM and decode. Numbered past
   // every ggml type; the GGUF reader and writer refuse them (DTypeInfo::in_files).
   q4_0_x8 = 0x10000 | 2,
   q8_0_x8 = 0x10000 | 8,
@@ -35,6 +36,9 @@ enum class DType : std::uint32_t {
   q8_0_x16 = 0x20000 | 8,
   q4_k_x16 = 0x20000 | 12,
   q6_k_x16 = 0x20000 | 14,
+  q5_k_x16 = 0x20000 | 13,
+  f32_x16 = 0x20000 | 0,
+  f16_x16 = 0x20000 | 1,
 };
 
 struct DTypeInfo {
@@ -72,6 +76,11 @@ inline bool dtype_info(DType type, DTypeInfo& info) noexcept {
     case DType::q4_k_x16: info = {"Q4_K_X16", 256, 148, false}; return true;
     // 3392 bytes per 16 rows' super-block: the file's 210 per row, padded to whole cache lines.
     case DType::q6_k_x16: info = {"Q6_K_X16", 256, 212, false}; return true;
+    // Q4_K_X16 with the fifth bits: 2880 bytes per 16 rows' super-block.
+    case DType::q5_k_x16: info = {"Q5_K_X16", 256, 180, false}; return true;
+    // `rows` a multiple of 16.
+    case DType::f32_x16: info = {"F32_X16", 1, 4, false}; return true;
+    case DType::f16_x16: info = {"F16_X16", 1, 2, false}; return true;
   }
   return false;
 }
@@ -94,6 +103,9 @@ constexpr DType file_type_of(DType type) noexcept {
     case DType::q8_0_x16: return DType::q8_0;
     case DType::q4_k_x16: return DType::q4_k;
     case DType::q6_k_x16: return DType::q6_k;
+    case DType::q5_k_x16: return DType::q5_k;
+    case DType::f32_x16: return DType::f32;
+    case DType::f16_x16: return DType::f16;
     default: return type;
   }
 }

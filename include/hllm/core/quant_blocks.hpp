@@ -289,6 +289,23 @@ using BlockQ4_Kx16 = Interleaved16<BlockQ4_K>;
 static_assert(sizeof(BlockQ4_Kx16) == 16 * 148 && sizeof(BlockQ4_Kx16) % 64 == 0,
               "DTypeInfo of q4_k_x16; every unit starts a cache line");
 
+// Q5_K in 16-row panels (DType::q5_k_x16): Q4_K's unit with the fifth bits in front of the
+// pairs: qh[k] holds, for each row r, the bytes qh[4k .. 4k + 3] of row r's block, whose bit j is
+// the fifth bit of sub-block j's values 4k..4k+3 (for every pair: a decode reads them once per
+// group k and shifts bit 2p or 2p + 1 into place). 2880 bytes (45 lines) per unit, 180 per row's
+// super-block (the file's 176 with its scales unpacked to bytes).
+template <>
+struct Interleaved16<BlockQ5_K> {
+  static constexpr std::size_t kRows = 16, kColumns = 1, kValues = kQK_K;
+  using Pair = Interleaved16<BlockQ4_K>::Pair;
+  f16 d[kRows], dmin[kRows];
+  std::uint8_t qh[8][kRows][4];
+  Pair pairs[4];
+};
+using BlockQ5_Kx16 = Interleaved16<BlockQ5_K>;
+static_assert(sizeof(BlockQ5_Kx16) == 16 * 180 && sizeof(BlockQ5_Kx16) % 64 == 0,
+              "DTypeInfo of q5_k_x16; every unit starts a cache line");
+
 // Q6_K in 16-row panels (DType::q6_k_x16): one super-block column of 16 rows. Their scales d on
 // the first line; then per half h of the super-block (values 128h..128h+127: four 32-value slices
 // i = 0..3), the 16-value sub-blocks' int8 scales ([sub-block][row]: one 16-byte load each) and
@@ -416,6 +433,35 @@ inline void place_in_group(const BlockQ4_K& src, std::size_t r, std::size_t, Blo
   for (std::size_t j = 0; j < 8; ++j)
     q4_k_scale_min(j, src.scales, unit.pairs[j / 2].scales[j % 2][i],
                    unit.pairs[j / 2].mins[j % 2][i]);
+  for (std::size_t p = 0; p < 4; ++p)
+    for (std::size_t k = 0; k < 8; ++k)
+      std::memcpy(unit.pairs[p].qs[k][i], src.qs + 32 * p + 4 * k, 4);
+}
+
+inline BlockQ5_K block_at(const BlockQ5_Kx16* w, std::size_t supers, std::size_t r, std::size_t s) {
+  const BlockQ5_Kx16& unit = w[unit_index<BlockQ5_K>(supers, r, s)];
+  const std::size_t i = r % 16;
+  BlockQ5_K out;
+  out.d = unit.d[i];
+  out.dmin = unit.dmin[i];
+  std::uint8_t scales[8], mins[8];
+  for (std::size_t j = 0; j < 8; ++j)
+    scales[j] = unit.pairs[j / 2].scales[j % 2][i], mins[j] = unit.pairs[j / 2].mins[j % 2][i];
+  q4_k_pack_scales_mins(scales, mins, out.scales);
+  for (std::size_t k = 0; k < 8; ++k) std::memcpy(out.qh + 4 * k, unit.qh[k][i], 4);
+  for (std::size_t p = 0; p < 4; ++p)
+    for (std::size_t k = 0; k < 8; ++k)
+      std::memcpy(out.qs + 32 * p + 4 * k, unit.pairs[p].qs[k][i], 4);
+  return out;
+}
+inline void place_in_group(const BlockQ5_K& src, std::size_t r, std::size_t, BlockQ5_Kx16& unit) {
+  const std::size_t i = r % 16;
+  unit.d[i] = src.d;
+  unit.dmin[i] = src.dmin;
+  for (std::size_t j = 0; j < 8; ++j)
+    q4_k_scale_min(j, src.scales, unit.pairs[j / 2].scales[j % 2][i],
+                   unit.pairs[j / 2].mins[j % 2][i]);
+  for (std::size_t k = 0; k < 8; ++k) std::memcpy(unit.qh[k][i], src.qh + 4 * k, 4);
   for (std::size_t p = 0; p < 4; ++p)
     for (std::size_t k = 0; k < 8; ++k)
       std::memcpy(unit.pairs[p].qs[k][i], src.qs + 32 * p + 4 * k, 4);

@@ -73,8 +73,8 @@ class Compute {
 
   // y[t][r] = sum_c w[r][c] x[t][c].   x: [n_tokens][w.cols], y: [n_tokens][w.rows]
   // Quantized weights use 8-bit activations and integer dot products where a kernel exists and
-  // activation scratch was given; BF16 weights use bf16 activations where the CPU has
-  // AVX512-BF16 and scratch was given; otherwise float32 activations (matmul_exact).
+  // activation scratch was given; BF16 panels (DType::bf16_x16) use bf16 activations where the
+  // CPU has AVX512-BF16 and scratch was given; otherwise float32 activations (matmul_exact).
   void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, float* y) const {
     const Product product{&w, y};
     matmul_fused({&product, 1}, x, n_tokens);
@@ -213,13 +213,11 @@ class Compute {
     fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end, scratch);  // checked beforehand
   }
 
-  // The bf16-activation kernel for BF16 weights (either layout) where this table has one and the
-  // session is not exact, else nullptr.
+  // The bf16-activation kernel for BF16 panels where this table has one and the session is not
+  // exact, else nullptr.
   kernels::MatmulFn bf16_dot_kernel(DType type) const noexcept {
-    if (activations_.empty()) return nullptr;
-    if (type == DType::bf16) return table_->matmul_bf16_dot;
-    if (type == DType::bf16_x16) return table_->matmul_bf16_x16_dot;
-    return nullptr;
+    if (activations_.empty() || type != DType::bf16_x16) return nullptr;
+    return table_->matmul_bf16_x16_dot;
   }
 
   kernels::MatmulFn exact_kernel(DType type) const noexcept {

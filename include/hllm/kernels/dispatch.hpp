@@ -93,20 +93,23 @@ struct KernelTable {
   QuantizeFn quantize_activations;
   QuantMatmulFn matmul_q8_0, matmul_q4_0, matmul_q4_k, matmul_q5_k, matmul_q6_k;
   MatmulFn dequant_q8_0, dequant_q4_0, dequant_q4_1, dequant_q4_k, dequant_q5_k, dequant_q6_k;
-  // BF16 weights against activations rounded to bf16 (vdpbf16ps), or nullptr where the CPU has
-  // no AVX512-BF16. Not exact: Compute::matmul takes it, matmul_exact never does.
-  MatmulFn matmul_bf16_dot;
   // Load-time repacked Q8_0 / Q4_0 / Q4_K / Q6_K (DType::*_x8): integer and exact
   // kernels, in every table, since a session may run any ISA on a repacked model.
   QuantMatmulFn matmul_q8_0_x8, matmul_q4_0_x8, matmul_q4_k_x8, matmul_q6_k_x8;
   MatmulFn dequant_q8_0_x8, dequant_q4_0_x8, dequant_q4_k_x8, dequant_q6_k_x8;
-  // Load-time repacked BF16 (DType::bf16_x16): float32 activations in every table, and the
-  // bf16-activation GEMM beside matmul_bf16_dot (nullptr without AVX512-BF16).
+  // Load-time repacked BF16 (DType::bf16_x16): float32 activations in every table, and
+  // activations rounded to bf16 (vdpbf16ps; nullptr where the CPU has no AVX512-BF16). Not
+  // exact: Compute::matmul takes the second, matmul_exact never does.
   MatmulFn matmul_bf16_x16, matmul_bf16_x16_dot;
   // Load-time repacked Q8_0 / Q4_0 / Q4_K / Q6_K in 16-row panels (DType::*_x16): as the *_x8
   // ones.
   QuantMatmulFn matmul_q8_0_x16, matmul_q4_0_x16, matmul_q4_k_x16, matmul_q6_k_x16;
   MatmulFn dequant_q8_0_x16, dequant_q4_0_x16, dequant_q4_k_x16, dequant_q6_k_x16;
+  // Load-time repacked F32 / F16 in 16-row panels (DType::f32_x16, f16_x16): float32
+  // activations, in every table. Q5_K in 16-row panels (DType::q5_k_x16): as the *_x16 ones.
+  MatmulFn matmul_f32_x16 = nullptr, matmul_f16_x16 = nullptr;
+  QuantMatmulFn matmul_q5_k_x16 = nullptr;
+  MatmulFn dequant_q5_k_x16 = nullptr;
   // Attention through a paged cache's block table, per cache element type.
   AttendGroupPagedFn attend_group_paged_f32 = nullptr, attend_group_paged_f16 = nullptr,
                      attend_group_paged_bf16 = nullptr, attend_group_paged_q8_0 = nullptr;
@@ -122,6 +125,8 @@ struct KernelTable {
       case DType::f16: return matmul_f16;
       case DType::bf16: return matmul_bf16;
       case DType::bf16_x16: return matmul_bf16_x16;
+      case DType::f32_x16: return matmul_f32_x16;
+      case DType::f16_x16: return matmul_f16_x16;
       default: return nullptr;
     }
   }
@@ -141,6 +146,7 @@ struct KernelTable {
       case DType::q8_0_x16: return dequant_q8_0_x16;
       case DType::q4_0_x16: return dequant_q4_0_x16;
       case DType::q4_k_x16: return dequant_q4_k_x16;
+      case DType::q5_k_x16: return dequant_q5_k_x16;
       case DType::q6_k_x16: return dequant_q6_k_x16;
       default: return nullptr;
     }
@@ -160,6 +166,7 @@ struct KernelTable {
       case DType::q8_0_x16: return matmul_q8_0_x16;
       case DType::q4_0_x16: return matmul_q4_0_x16;
       case DType::q4_k_x16: return matmul_q4_k_x16;
+      case DType::q5_k_x16: return matmul_q5_k_x16;
       case DType::q6_k_x16: return matmul_q6_k_x16;
       default: return nullptr;
     }

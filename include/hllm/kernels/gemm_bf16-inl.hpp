@@ -8,34 +8,16 @@
 // per zmm (lane r = row r's pair), the token panel one pair of 16 tokens' activations, and the
 // tile broadcasts a token's pair against the weight pairs of two panels (32 rows, 8 tokens:
 // 16 accumulators; run_panel_tiles, shared with the FP32 GEMM, prefetches the outputs the next
-// tile reloads). Weights repacked at load time (DType::bf16_x16, core/bf16_panels.hpp) are
-// these panels already and are read in place; decode on them runs bf16_x16_dot_tile. This path
-// is the fast path only: the rounding of activations to 8 significant bits costs precision (the
-// fixtures' bf16 rms error is no larger than llama.cpp's, which rounds the same way), so the
-// table lists it apart from matmul_bf16 and SessionOptions::exact never takes it.
+// tile reloads). It runs on weights repacked at load time (DType::bf16_x16,
+// core/bf16_panels.hpp), which are these panels already and are read in place; decode on them
+// runs bf16_x16_dot_tile, which sums in the GEMM's order (batch invariance; BF16 in the file's
+// layout takes the float-activation tiles for every token count). This path is the fast path
+// only: the rounding of activations to 8 significant bits costs precision (the fixtures' bf16
+// rms error is no larger than llama.cpp's, which rounds the same way), so the table lists it
+// apart from matmul_bf16_x16 and SessionOptions::exact never takes it.
 
 // The panel and token-chunk sizes (kBf16PanelPairs, kBf16TokenChunk) are in kernels/scratch.hpp,
 // which sizes the token panel's scratch: a chunk's token panel is 256 KiB (L2).
-
-// Column pairs [0, pairs) of 16 rows of bf16 `src` (rows `stride` elements apart, `cols`
-// columns valid from src on) → out[pairs][16] dwords; rows >= valid_rows and columns >= cols
-// read as zeros.
-inline void pack_bf16_pairs(const bf16* src, std::size_t stride, std::size_t valid_rows,
-                            std::size_t cols, std::size_t pairs, std::uint32_t* out) {
-  __m512 r[16];
-  for (std::size_t k = 0; k < pairs; k += 16) {
-    const std::size_t elements = std::min<std::size_t>(32, cols - 2 * k);
-    const __mmask32 mask = elements == 32 ? ~__mmask32{0} : (__mmask32{1} << elements) - 1;
-    _Pragma("GCC unroll 16") for (std::size_t i = 0; i < 16; ++i) r[i] =
-        i >= valid_rows
-            ? _mm512_setzero_ps()
-            : _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(mask, src + i * stride + 2 * k));
-    transpose16x16(r);
-    const std::size_t width = std::min<std::size_t>(16, pairs - k);
-    for (std::size_t c = 0; c < width; ++c)
-      _mm512_store_si512(out + (k + c) * 16, _mm512_castps_si512(r[c]));
-  }
-}
 
 // The first `elements` <= 32 floats of x rounded to bf16 (round to nearest even) as 16 pairs,
 // in order; pairs past the end are zeros.
@@ -127,25 +109,6 @@ inline void gemm_bf16_panels(std::size_t rows, std::size_t cols, const float* x,
   }
 }
 
-// y[t][r] for rows [row_begin, row_end) of bf16 w: [rows][cols], x: [n_tokens][cols] floats.
-inline void matmul_bf16_dot(const void* weights, std::size_t rows, std::size_t cols, const float* x,
-                            std::size_t n_tokens, float* y, std::size_t row_begin,
-                            std::size_t row_end, void* scratch) {
-  const bf16* w = static_cast<const bf16*>(weights);
-  const std::size_t groups = (row_end - row_begin) / 16;
-  if (n_tokens < kBf16PackedMinTokens || groups == 0)
-    return avx512::matmul_bf16(weights, rows, cols, x, n_tokens, y, row_begin, row_end, scratch);
-  gemm_bf16_panels(rows, cols, x, n_tokens, y, row_begin, groups, scratch,
-                   [&](std::size_t r, std::size_t c0, std::size_t width, std::size_t pairs,
-                       std::uint32_t* panel) -> const std::uint32_t* {
-                     pack_bf16_pairs(w + r * cols + c0, cols, 16, width, pairs, panel);
-                     return panel;
-                   });
-  const std::size_t done = row_begin + groups * 16;
-  if (done < row_end)
-    avx512::matmul_bf16(weights, rows, cols, x, n_tokens, y, done, row_end, scratch);
-}
-
 // x rounded to bf16 pairs (as pack_float_pairs rounds them), in order.   x: [cols] → out:
 // [(cols + 1) / 2] dwords
 inline void round_to_bf16_pairs(const float* x, std::size_t cols, std::uint32_t* out) {
@@ -156,27 +119,24 @@ inline void round_to_bf16_pairs(const float* x, std::size_t cols, std::uint32_t*
 }
 
 // y[j][0..16) = group · x[j] for kTokens tokens of bf16 pairs: one vdpbf16ps per column pair and
-// token, four accumulator chains per token. Decode on the panels: one instruction per 64 bytes
-// of weights (the float-activation kernel needs four), so a core keeps more of the stream's
-// cache lines in flight.   group: [pairs][16] dwords, xpairs: [kTokens][pairs] dwords
+// token, in pair order into one accumulator per token, as the GEMM's tile (bf16_panel_tile)
+// sums them, so decode and prefill give a token the same bits (batch invariance). Decode on the
+// panels: one instruction per 64 bytes of weights (the float-activation kernel needs four), so
+// a core keeps more of the stream's cache lines in flight.
+//   group: [pairs][16] dwords, xpairs: [kTokens][pairs] dwords
 template <std::size_t kTokens>
 inline void bf16_x16_dot_tile(const std::uint32_t* group, std::size_t pairs,
                               const std::uint32_t* xpairs, float* y, std::size_t y_stride) {
-  __m512 acc[kTokens][4];
-  _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j)
-      _Pragma("GCC unroll 4") for (std::size_t a = 0; a < 4; ++a) acc[j][a] = _mm512_setzero_ps();
-  const auto step = [&](std::size_t k, std::size_t a) {
+  __m512 acc[kTokens];
+  _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j) acc[j] = _mm512_setzero_ps();
+  for (std::size_t k = 0; k < pairs; ++k) {
     const __m512bh w = reinterpret_cast<__m512bh>(_mm512_loadu_si512(group + k * 16));
-    _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j) acc[j][a] = _mm512_dpbf16_ps(
-        acc[j][a], w,
+    _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j) acc[j] = _mm512_dpbf16_ps(
+        acc[j], w,
         reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xpairs[j * pairs + k]))));
-  };
-  std::size_t k = 0;
-  for (; k + 4 <= pairs; k += 4) step(k, 0), step(k + 1, 1), step(k + 2, 2), step(k + 3, 3);
-  for (; k < pairs; ++k) step(k, 0);
-  _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j) _mm512_storeu_ps(
-      y + j * y_stride,
-      _mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]), _mm512_add_ps(acc[j][2], acc[j][3])));
+  }
+  _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j)
+      _mm512_storeu_ps(y + j * y_stride, acc[j]);
 }
 
 // Whole groups [first, last) rows of the panels against n_tokens < kBf16PackedMinTokens tokens,

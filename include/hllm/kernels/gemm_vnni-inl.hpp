@@ -1,17 +1,18 @@
-// Prefill GEMM for Q8_0 and Q4_0 weights on AVX-512 VNNI: 8-bit activations times packed 16-row
-// weight panels with vpdpbusd. Included by isa_kernels.hpp in the VNNI namespace only, before
-// matmul_quant-inl.hpp, which calls it for batches of kPackedMinTokens tokens or more. No
-// include guard, by design.
+// Prefill GEMM for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights on AVX-512 VNNI: 8-bit activations
+// times 16-row weight panels with vpdpbusd. Included by isa_kernels.hpp in the VNNI namespace
+// only, before matmul_interleaved-inl.hpp, which calls it on the load-time 16-row panels
+// (Interleaved16) for batches of kPackedMinTokens tokens or more. No include guard, by design.
 //
 // Why a packed panel: vpdpbusd multiplies 64 unsigned bytes of its first operand by 64 signed
 // bytes of its second and sums each group of four into one of 16 int32 lanes. If the first
 // operand holds four consecutive weights of each of 16 rows and the second is one activation
 // group of four broadcast to every lane (an embedded m32 broadcast, no shuffle), one
 // instruction does 64 multiply-adds for 16 outputs and no horizontal sum is ever needed. The
-// file layout (one row's block after another) does not give that operand, so each 16-row group
-// is packed into a small panel (kPanelBlocks blocks, 18 KiB, L1/L2-resident) and reused by every
-// token of the chunk; packing costs one gather per 64 bytes and is amortised over up to
-// kTokenChunk tokens. Weights stay mapped in place; the panel is on the stack.
+// file layout (one row's block after another) does not give that operand; the load-time panels
+// do, and each K-chunk of a 16-row group is unpacked into a small panel (kPanelBlocks blocks,
+// 18 KiB, L1/L2-resident) with plain loads, reused by every token of the chunk. Each token's
+// output is summed block after block in one FMA chain, the decode kernels' order
+// (decode_group16), so prefill and decode give a token the same bits (batch invariance).
 //
 // vpdpbusd wants unsigned weights, so every format with an integer offset is packed as
 // u = value + 128: Q8_0 bytes flipped (q + 128), Q4_0 nibbles + 120 (value u − 8), Q6_K 6-bit
@@ -55,235 +56,12 @@ template <class Block>
 inline constexpr bool kHasMinimum =
     std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>;
 
-// Byte offsets of the 16 rows' copies of one field (rows are row_blocks·sizeof(Block) apart).
-template <class Block>
-inline __m512i panel_row_offsets(std::size_t row_blocks) {
-  return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                            _mm512_set1_epi32(static_cast<int>(row_blocks * sizeof(Block))));
-}
-
-// Where the 16 rows of a Q4_0 or Q8_0 panel live: byte offsets of each row's scale and quants
-// from `first` (the panel's first block column), and the bytes from one block column to the next.
-struct PanelAddresses {
-  const std::byte* first;
-  __m512i d_offsets, qs_offsets;
-  std::size_t block_stride;
-};
-
-// Rows in the file's layout: one row's blocks after another (row stride: `row_blocks` blocks).
-template <class Block>
-inline PanelAddresses row_major_addresses(const Block* w, std::size_t row_blocks) {
-  const __m512i rows = panel_row_offsets<Block>(row_blocks);
-  return {reinterpret_cast<const std::byte*>(w),
-          _mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(offsetof(Block, d)))),
-          _mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(offsetof(Block, qs)))),
-          sizeof(Block)};
-}
-
-// Rows repacked 8 to a group (Interleaved8): rows 0..7 of the panel are lanes of group 0, rows
-// 8..15 lanes of group 1, `blocks` group blocks later. A field at `offset` in the group with
-// `lane_bytes` per row is at group_start + offset + lane·lane_bytes.
-inline __m512i interleaved_field(std::size_t group_bytes, std::size_t offset,
-                                 std::size_t lane_bytes) {
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
-  const __m512i group = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i group_start =
-      _mm512_mullo_epi32(group, _mm512_set1_epi32(static_cast<int>(group_bytes)));
-  return _mm512_add_epi32(
-      _mm512_add_epi32(group_start, _mm512_set1_epi32(static_cast<int>(offset))),
-      _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(lane_bytes))));
-}
-template <class Block>
-inline PanelAddresses interleaved_addresses(const Interleaved8<Block>* w, std::size_t blocks) {
-  using Group = Interleaved8<Block>;
-  const std::size_t group_bytes = blocks * sizeof(Group);
-  return {reinterpret_cast<const std::byte*>(w),
-          interleaved_field(group_bytes, offsetof(Group, d), sizeof(f16)),
-          interleaved_field(group_bytes, offsetof(Group, qs), sizeof(typename Group::Quants)),
-          sizeof(Group)};
-}
-
 // Panel registers k and k + 4 from q, the 16 rows' Q4_0 quant bytes 4k..4k+3: byte i of a row
 // holds weight i (low nibble) and weight i + 16 (high nibble); values are offset to nibble + 120.
 inline void q4_0_panel_values(__m512i q, std::size_t k, PanelBlock& p) {
   const __m512i mask = _mm512_set1_epi8(0x0f), to_offset_128 = _mm512_set1_epi8(120);
   p.values[k] = _mm512_add_epi8(_mm512_and_si512(q, mask), to_offset_128);
   p.values[k + 4] = _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), mask), to_offset_128);
-}
-
-// Packs slices [b0, b0 + n) of the 16 rows at `at` (Q4_0 or Q8_0).
-template <class Block>
-inline void pack_panel(const PanelAddresses& at, std::size_t b0, std::size_t n, PanelBlock* out) {
-  for (std::size_t b = 0; b < n; ++b) {
-    const std::byte* first = at.first + (b0 + b) * at.block_stride;
-    PanelBlock& p = out[b];
-    // d is an f16: gather 4 bytes, keep the low 2 (x86 is little-endian).
-    const __m512i d = _mm512_i32gather_epi32(at.d_offsets, first, 1);
-    p.scales = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
-    const std::byte* qs = first;
-    if constexpr (std::is_same_v<Block, BlockQ4_0>) {
-      _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k)
-          q4_0_panel_values(_mm512_i32gather_epi32(at.qs_offsets, qs + 4 * k, 1), k, p);
-    } else {
-      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));  // q + 128 as a u8
-      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] =
-          _mm512_xor_si512(_mm512_i32gather_epi32(at.qs_offsets, qs + 4 * k, 1), flip);
-    }
-  }
-}
-
-// Packs slices [b0, b0 + n) of rows [0, 16) of w (row stride: `row_blocks` blocks).
-template <class Block>
-inline void pack_panel(const Block* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
-                       PanelBlock* out) {
-  pack_panel<Block>(row_major_addresses(w, row_blocks), b0, n, out);
-}
-
-// Q4_K: slice j of a super-block is the low (j even) or high nibbles of qs[32·(j/2) ..]; Q5_K
-// adds bit j of qh[l] as value l's bit 4.
-template <class Block>
-inline void pack_panel_with_minimums(const Block* w, std::size_t row_blocks, std::size_t b0,
-                                     std::size_t n, PanelBlock* out) {
-  const __m512i row_offsets = panel_row_offsets<Block>(row_blocks);
-  const __m512i mask = _mm512_set1_epi8(0x0f);
-  alignas(64) float scales[16], mins[16];
-  for (std::size_t b = 0; b < n; ++b) {
-    const std::size_t slice = (b0 + b) % 8;
-    const Block* first = w + (b0 + b) / 8;
-    for (std::size_t r = 0; r < kPanelRows; ++r) {
-      const Block& block = first[r * row_blocks];
-      std::uint8_t sc = 0, m = 0;
-      reference::q4_k_scale_min(slice, block.scales, sc, m);
-      scales[r] = _cvtsh_ss(block.d.bits) * sc;
-      mins[r] = _cvtsh_ss(block.dmin.bits) * m;
-    }
-    PanelBlock& p = out[b];
-    p.scales = _mm512_load_ps(scales);
-    p.mins = _mm512_load_ps(mins);
-    const std::uint8_t* qs = first->qs + 32 * (slice / 2);
-    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(4 * (slice & 1)));
-    _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
-      p.values[k] = _mm512_and_si512(
-          _mm512_srl_epi32(_mm512_i32gather_epi32(row_offsets, qs + 4 * k, 1), shift), mask);
-      if constexpr (std::is_same_v<Block, BlockQ5_K>) {
-        const __m512i qh = _mm512_i32gather_epi32(row_offsets, first->qh + 4 * k, 1);
-        const __m512i bit = _mm512_and_si512(
-            _mm512_srl_epi32(qh, _mm_cvtsi32_si128(static_cast<int>(slice))), _mm512_set1_epi8(1));
-        p.values[k] = _mm512_or_si512(p.values[k], _mm512_slli_epi32(bit, 4));
-      }
-    }
-  }
-}
-inline void pack_panel(const BlockQ4_K* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
-                       PanelBlock* out) {
-  pack_panel_with_minimums(w, row_blocks, b0, n, out);
-}
-inline void pack_panel(const BlockQ5_K* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
-                       PanelBlock* out) {
-  pack_panel_with_minimums(w, row_blocks, b0, n, out);
-}
-
-// Repacked Q4_K (BlockQ4_Kx8): rows 0..7 of the panel from the group at w, rows 8..15 from the
-// group `supers` super-blocks later. The scales and minimums are already bytes; slice j's
-// nibbles are the low (j even) or high half of each row's 32-byte run of pair j/2.
-inline void pack_panel(const BlockQ4_Kx8* w, std::size_t supers, std::size_t b0, std::size_t n,
-                       PanelBlock* out) {
-  const __m512i row_offsets =
-      interleaved_field(supers * sizeof(BlockQ4_Kx8), 0, sizeof(BlockQ4_Kx8::qs[0][0]));
-  const __m512i mask = _mm512_set1_epi8(0x0f);
-  for (std::size_t b = 0; b < n; ++b) {
-    const std::size_t slice = (b0 + b) % 8, s = (b0 + b) / 8;
-    const BlockQ4_Kx8* half[2] = {w + s, w + supers + s};
-    __m256 scales[2], mins[2];
-    for (std::size_t h = 0; h < 2; ++h) {
-      const BlockQ4_Kx8& g = *half[h];
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.d)));
-      const __m256 dmin =
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.dmin)));
-      scales[h] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                       reinterpret_cast<const __m128i*>(g.scales[slice])))));
-      mins[h] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                        reinterpret_cast<const __m128i*>(g.mins[slice])))));
-    }
-    PanelBlock& p = out[b];
-    p.scales = _mm512_insertf32x8(_mm512_castps256_ps512(scales[0]), scales[1], 1);
-    p.mins = _mm512_insertf32x8(_mm512_castps256_ps512(mins[0]), mins[1], 1);
-    const std::uint8_t* qs = w[s].qs[slice / 2][0];
-    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(4 * (slice & 1)));
-    _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] = _mm512_and_si512(
-        _mm512_srl_epi32(_mm512_i32gather_epi32(row_offsets, qs + 4 * k, 1), shift), mask);
-  }
-}
-
-// Q6_K values, 4 per row in each of 16 lanes, packed with offset 128: bits 0-3 from ql >> lshift,
-// bits 4-5 from qh >> hshift, plus 96 ((q − 32) + 128; q <= 63, so no byte carries).
-inline __m512i q6_k_panel_values(__m512i ql, __m512i qh, __m128i lshift, __m128i hshift) {
-  const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
-  return _mm512_add_epi8(
-      _mm512_or_si512(_mm512_and_si512(_mm512_srl_epi32(ql, lshift), low4),
-                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(qh, hshift), low2), 4)),
-      _mm512_set1_epi8(96));
-}
-
-// Q6_K: slice (h, i) combines ql nibbles and qh bit pairs (reference::q6_k_slice_layout).
-inline void pack_panel(const BlockQ6_K* w, std::size_t row_blocks, std::size_t b0, std::size_t n,
-                       PanelBlock* out) {
-  const __m512i row_offsets = panel_row_offsets<BlockQ6_K>(row_blocks);
-  alignas(64) float scales_lo[16], scales_hi[16];
-  for (std::size_t b = 0; b < n; ++b) {
-    const std::size_t slice = (b0 + b) % 8;
-    const BlockQ6_K* first = w + (b0 + b) / 8;
-    for (std::size_t r = 0; r < kPanelRows; ++r) {
-      const BlockQ6_K& block = first[r * row_blocks];
-      const float d = _cvtsh_ss(block.d.bits);
-      scales_lo[r] = d * static_cast<float>(block.scales[2 * slice]);
-      scales_hi[r] = d * static_cast<float>(block.scales[2 * slice + 1]);
-    }
-    PanelBlock& p = out[b];
-    p.scales = _mm512_load_ps(scales_lo);
-    p.scales_hi = _mm512_load_ps(scales_hi);
-    std::size_t ql_offset = 0, qh_offset = 0;
-    int ql_shift = 0, qh_shift = 0;
-    reference::q6_k_slice_layout(slice, ql_offset, ql_shift, qh_offset, qh_shift);
-    const __m128i lshift = _mm_cvtsi32_si128(ql_shift), hshift = _mm_cvtsi32_si128(qh_shift);
-    _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
-      const __m512i ql = _mm512_i32gather_epi32(row_offsets, first->ql + ql_offset + 4 * k, 1);
-      const __m512i qh = _mm512_i32gather_epi32(row_offsets, first->qh + qh_offset + 4 * k, 1);
-      p.values[k] = q6_k_panel_values(ql, qh, lshift, hshift);
-    }
-  }
-}
-
-// Repacked Q6_K (BlockQ6_Kx8): rows 0..7 from the group at w, rows 8..15 from the group
-// `supers` super-blocks later; slice (h, i) combines run i & 1 of ql (nibble i >> 1) with bits
-// 2i, 2i + 1 of qh, as in the file (reference::q6_k_slice_layout).
-inline void pack_panel(const BlockQ6_Kx8* w, std::size_t supers, std::size_t b0, std::size_t n,
-                       PanelBlock* out) {
-  const __m512i row_offsets = interleaved_field(supers * sizeof(BlockQ6_Kx8), 0, 32);
-  for (std::size_t b = 0; b < n; ++b) {
-    const std::size_t slice = (b0 + b) % 8, s = (b0 + b) / 8, h = slice / 4, i = slice % 4;
-    __m256 halves[2][2];  // [group][16-value half]
-    for (std::size_t g = 0; g < 2; ++g) {
-      const BlockQ6_Kx8& group = w[g * supers + s];
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group.d)));
-      for (std::size_t half = 0; half < 2; ++half)
-        halves[g][half] = _mm256_mul_ps(
-            d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(group.scales[slice][half])))));
-    }
-    PanelBlock& p = out[b];
-    p.scales = _mm512_insertf32x8(_mm512_castps256_ps512(halves[0][0]), halves[1][0], 1);
-    p.scales_hi = _mm512_insertf32x8(_mm512_castps256_ps512(halves[0][1]), halves[1][1], 1);
-    const std::uint8_t* ql = w[s].runs[h][i & 1][0];
-    const std::uint8_t* qh = w[s].runs[h][2][0];
-    const __m128i lshift = _mm_cvtsi32_si128(static_cast<int>(4 * (i >> 1)));
-    const __m128i hshift = _mm_cvtsi32_si128(static_cast<int>(2 * i));
-    _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
-      const __m512i l = _mm512_i32gather_epi32(row_offsets, ql + 4 * k, 1);
-      const __m512i hb = _mm512_i32gather_epi32(row_offsets, qh + 4 * k, 1);
-      p.values[k] = q6_k_panel_values(l, hb, lshift, hshift);
-    }
-  }
 }
 
 // 16 unsigned bytes at p as floats (a 16-row panel's unpacked Q4_K scales or minimums).
@@ -402,28 +180,6 @@ inline void panel_tokens(const PanelBlock* panel, std::size_t n, const BlockQ8Ac
                          accumulate);
 }
 
-// Panel sources for gemm_packed: rows in the file's layout, or repacked 8 to a group. pack()
-// packs slices [b0, b0 + n) of rows [r, r + 16).
-template <class Block>
-struct RowMajorPanels {
-  const Block* w;
-  std::size_t row_blocks;
-  void pack(std::size_t r, std::size_t b0, std::size_t n, PanelBlock* out) const {
-    pack_panel(w + r * row_blocks, row_blocks, b0, n, out);
-  }
-};
-template <class Block>
-struct InterleavedPanels {
-  const Interleaved8<Block>* w;  // r must be a multiple of 8
-  std::size_t units;             // blocks (Q4_K: super-blocks) per row
-  void pack(std::size_t r, std::size_t b0, std::size_t n, PanelBlock* out) const {
-    if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ6_K>)
-      pack_panel(w + (r / 8) * units, units, b0, n, out);
-    else
-      pack_panel<Block>(interleaved_addresses(w + (r / 8) * units, units), b0, n, out);
-  }
-};
-
 // Q4_0/Q8_0/Q4_K/Q6_K in 16-row panels (Interleaved16): the unit's registers are the panel's, so
 // packing is plain loads (Q8_0 already holds q + 128; Q4_0 nibbles are split and offset as above,
 // Q4_K's by slice, Q6_K's values unpacked by q6_k_panel_quants), where the file's and the 8-row
@@ -455,9 +211,10 @@ struct Interleaved16Panels {
           p.values[k] =
               _mm512_add_epi8(i == 3 ? _mm512_srli_epi16(q[3], 2) : q[i], _mm512_set1_epi8(96));
         }
-      } else if constexpr (std::is_same_v<Block, BlockQ4_K>) {
-        // Slice j of super-block b / 8: the low (j even) or high nibbles of pair j / 2.
-        const BlockQ4_Kx16& unit = group[b / 8];
+      } else if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) {
+        // Slice j of super-block b / 8: the low (j even) or high nibbles of pair j / 2 (Q5_K:
+        // with bit j of the qh words as bit 4).
+        const Interleaved16<Block>& unit = group[b / 8];
         const std::size_t j = b % 8;
         p.scales =
             _mm512_mul_ps(bytes_to_floats(unit.pairs[j / 2].scales[j % 2]), VecF32::load(unit.d));
@@ -465,8 +222,18 @@ struct Interleaved16Panels {
             _mm512_mul_ps(bytes_to_floats(unit.pairs[j / 2].mins[j % 2]), VecF32::load(unit.dmin));
         const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(4 * (j & 1)));
         const __m512i mask = _mm512_set1_epi8(0x0f);
-        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] = _mm512_and_si512(
-            _mm512_srl_epi32(_mm512_loadu_si512(unit.pairs[j / 2].qs[k]), shift), mask);
+        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+          p.values[k] = _mm512_and_si512(
+              _mm512_srl_epi32(_mm512_loadu_si512(unit.pairs[j / 2].qs[k]), shift), mask);
+          if constexpr (std::is_same_v<Block, BlockQ5_K>)
+            p.values[k] = _mm512_or_si512(
+                p.values[k],
+                _mm512_slli_epi32(
+                    _mm512_and_si512(_mm512_srl_epi32(_mm512_loadu_si512(unit.qh[k]),
+                                                      _mm_cvtsi32_si128(static_cast<int>(j))),
+                                     _mm512_set1_epi8(1)),
+                    4));
+        }
       } else {
         const Interleaved16<Block>& unit = group[b / 2];
         const std::size_t h = b % 2;
@@ -502,12 +269,6 @@ inline void gemm_packed(const Panels& w, std::size_t rows, std::size_t blocks, c
       }
     }
   }
-}
-template <class Block>
-inline void gemm_packed(const Block* w, std::size_t rows, std::size_t blocks, const BlockQ8Act* x,
-                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t groups) {
-  gemm_packed<Block>(RowMajorPanels<Block>{w, blocks / kSlicesPerBlock<Block>}, rows, blocks, x,
-                     n_tokens, y, row_begin, groups);
 }
 
 #endif  // HLLM_QUANT_VNNI

@@ -100,11 +100,19 @@ inline void pack_columns(const T* src, std::size_t stride, std::size_t valid_row
   }
 }
 
+// 16 rows' values of one panel column as floats (f16 widens exactly).   p: [16]
+inline __m512 load_panel_column(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load_panel_column(const f16* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // y[j][0..16·kPanels) (+)= [panel 0; panel 1] · x[j][0..n) for the `count` <= 8 tokens
 // x[first .. first + count) of one xpanel group: with two panels each broadcast feeds two FMAs
 // (one load per 1.6 FMAs instead of one per FMA with one panel and 16 tokens); one panel takes
-// the odd group at the end of a row range, every output summed in the same order either way.
+// the odd group at the end of a row range, every output summed in the same order either way:
+// column after column, one FMA each, as the panels' decode (float_x16_token) sums it.
 // accumulate: add to y (a later column chunk continues the sum in the same order).
+//   panels[p]: [n][16]
 template <std::size_t kPanels>
 inline void float_panel_tile(const float* const* panels, const float* xgroup, std::size_t first,
                              std::size_t n, std::size_t count, float* y, std::size_t y_stride,
@@ -117,7 +125,7 @@ inline void float_panel_tile(const float* const* panels, const float* xgroup, st
   for (std::size_t c = 0; c < n; ++c) {
     __m512 w[kPanels];
     _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p) w[p] =
-        _mm512_load_ps(panels[p] + c * kFloatPanelRows);
+        _mm512_loadu_ps(panels[p] + c * kFloatPanelRows);
     _Pragma("GCC unroll 8") for (std::size_t j = 0; j < 8; ++j) {
       const __m512 xj = _mm512_set1_ps(xgroup[c * 16 + first + j]);
       _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kPanels; ++p) acc[p][j] =
@@ -149,14 +157,17 @@ inline void run_panel_tiles(std::size_t chunk, std::size_t panels, float* y, std
   }
 }
 
-// Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows]. The token panel lives in the
+// Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] for 16-row panels P:
+// [rows/16][cols][16] (core/float_panels.hpp), read in place. The token panel lives in the
 // caller's scratch (kFloatTokenChunk · kFloatPanelCols floats, 64-byte aligned).
-template <class W>
-inline void gemm_float_packed(const W* w, std::size_t rows, std::size_t cols, const float* x,
+template <class P>
+inline void gemm_float_panels(const P* panels, std::size_t rows, std::size_t cols, const float* x,
                               std::size_t n_tokens, float* y, std::size_t row_begin,
                               std::size_t groups, void* scratch) {
-  alignas(64) float panel[2][kFloatPanelCols * kFloatPanelRows];
   float* const xpanel = static_cast<float*>(scratch);
+  // F16 panels as floats: [2][kFloatPanelCols][16] (unused for F32, read in place).
+  alignas(64) float widened[std::is_same_v<P, float> ? 1 : 2]
+                           [std::is_same_v<P, float> ? 16 : kFloatPanelCols * kFloatPanelRows];
   for (std::size_t t0 = 0; t0 < n_tokens; t0 += kFloatTokenChunk) {
     const std::size_t chunk = std::min(kFloatTokenChunk, n_tokens - t0);
     for (std::size_t c0 = 0; c0 < cols; c0 += kFloatPanelCols) {
@@ -166,14 +177,25 @@ inline void gemm_float_packed(const W* w, std::size_t rows, std::size_t cols, co
                      xpanel + t * n);
       for (std::size_t g = 0; g < groups; g += 2) {
         const std::size_t r = row_begin + g * kFloatPanelRows,
-                          panels = std::min<std::size_t>(2, groups - g);
-        for (std::size_t p = 0; p < panels; ++p)
-          pack_columns(w + (r + 16 * p) * cols + c0, cols, kFloatPanelRows, n, panel[p]);
-        const float* const panel_of[2] = {panel[0], panel[1]};
-        run_panel_tiles(chunk, panels, y + t0 * rows + r, rows,
-                        [&](auto k_panels, std::size_t t, std::size_t count, float* out) {
+                          count = std::min<std::size_t>(2, groups - g);
+        const P* const first =
+            panels + (r / kFloatPanelRows) * float_x16_group_elements(cols) + c0 * kFloatPanelRows;
+        const float* panel_of[2];
+        for (std::size_t p = 0; p < count; ++p) {
+          const P* panel = first + p * float_x16_group_elements(cols);
+          if constexpr (std::is_same_v<P, float>) {
+            panel_of[p] = panel;
+          } else {  // widened once per chunk, not once per token tile
+            for (std::size_t i = 0; i < n * kFloatPanelRows; i += 16)
+              _mm512_store_ps(widened[p] + i, load_panel_column(panel + i));
+            panel_of[p] = widened[p];
+          }
+        }
+        if (count == 1) panel_of[1] = panel_of[0];
+        run_panel_tiles(chunk, count, y + t0 * rows + r, rows,
+                        [&](auto k_panels, std::size_t t, std::size_t tokens, float* out) {
                           float_panel_tile<k_panels()>(panel_of, xpanel + (t / 16 * 16) * n, t % 16,
-                                                       n, count, out, rows, c0 > 0);
+                                                       n, tokens, out, rows, c0 > 0);
                         });
       }
     }
@@ -221,22 +243,80 @@ inline void matmul_row_tiles(const W* w_rows, std::size_t rows, std::size_t cols
 }
 
 // w: [rows][cols], x: [n_tokens][cols], y: [n_tokens][rows]; computes rows [row_begin, row_end).
-// scratch: matmul_scratch_bytes(cols, n_tokens) bytes (kernels/scratch.hpp), as for every
-// kernel of the table.
+// Every token count runs on the register tiles, whose arithmetic for one output (16 or 8 lanes
+// of partial sums over the columns, then one horizontal sum) does not depend on the tile: batch
+// invariant. The packed-panel GEMM sums in another order, so it runs on the panel layouts
+// (matmul_float_x16), which are what a load repacks F32 and F16 into on AVX-512.
 template <class W>
 inline void matmul_float(const W* w, std::size_t rows, std::size_t cols, const float* x,
                          std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
-                         [[maybe_unused]] void* scratch) {
-#if HLLM_ISA_LEVEL == 2
-  // Batches (prefill) take the packed panels, whole 16-row groups; leftover rows the tiles.
-  if (n_tokens >= kFloatPackedMinTokens) {
-    const std::size_t groups = (row_end - row_begin) / kFloatPanelRows;
-    gemm_float_packed(w, rows, cols, x, n_tokens, y, row_begin, groups, scratch);
-    row_begin += groups * kFloatPanelRows;
-    if (row_begin == row_end) return;
-  }
-#endif
+                         void* /*scratch*/) {
   matmul_row_tiles(w + row_begin * cols, rows, cols, x, n_tokens, y, row_begin, row_end);
+}
+
+// F32 and F16 weights in 16-row panels (DType::f32_x16, f16_x16; core/float_panels.hpp): each
+// output summed column after column in one FMA chain, in the lanes of one AVX-512 register per
+// 16 rows (two AVX2 registers, 16 scalars), for decode and prefill alike. AVX-512 prefill (8
+// tokens or more) runs the packed GEMM on the panels in place, which sums in that same order, so
+// the kernel is batch invariant.
+//   out: [kGroups · 16] outputs of kGroups consecutive groups from `first` for one token
+template <std::size_t kGroups, class P>
+inline void float_x16_token(const P* first, std::size_t cols, const float* x, float* out) {
+  using V = VecF32;
+  constexpr std::size_t kParts = kFloatPanelRows / V::lanes;
+  const std::size_t group = float_x16_group_elements(cols);
+  typename V::Reg acc[kGroups][kParts];
+  _Pragma("GCC unroll 4") for (auto& g : acc) _Pragma("GCC unroll 16") for (auto& a : g) a =
+      V::zero();
+  for (std::size_t c = 0; c < cols; ++c) {
+    const typename V::Reg xc = V::set1(x[c]);
+    _Pragma("GCC unroll 4") for (std::size_t g = 0; g < kGroups; ++g)
+        _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part) acc[g][part] =
+            V::fma(V::load(first + g * group + c * kFloatPanelRows + part * V::lanes), xc,
+                   acc[g][part]);
+  }
+  _Pragma("GCC unroll 4") for (std::size_t g = 0; g < kGroups; ++g)
+      _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part)
+          V::store(out + g * kFloatPanelRows + part * V::lanes, acc[g][part]);
+}
+
+// w: [rows/16][cols][16] panels, x: [n_tokens][cols], y: [n_tokens][rows]; rows
+// [row_begin, row_end), any range (a group cut by the range is computed whole and its rows in
+// the range kept).
+template <class P>
+inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t cols,
+                             const float* x, std::size_t n_tokens, float* y, std::size_t row_begin,
+                             std::size_t row_end, [[maybe_unused]] void* scratch) {
+  const P* panels = static_cast<const P*>(weights);
+  const std::size_t group = float_x16_group_elements(cols);
+  const std::size_t first = (row_begin + 15) / 16 * 16, last = std::max(first, row_end / 16 * 16);
+  const auto cut_group = [&](std::size_t g, std::size_t lo, std::size_t hi) {
+    alignas(64) float out[kFloatPanelRows];
+    for (std::size_t t = 0; t < n_tokens; ++t) {
+      float_x16_token<1>(panels + g * group, cols, x + t * cols, out);
+      for (std::size_t r = lo; r < hi; ++r) y[t * rows + r] = out[r % kFloatPanelRows];
+    }
+  };
+  if (row_begin < first) cut_group(row_begin / 16, row_begin, std::min(first, row_end));
+  if (first < last) {
+#if HLLM_ISA_LEVEL == 2
+    if (n_tokens >= kFloatPackedMinTokens) {
+      gemm_float_panels(panels, rows, cols, x, n_tokens, y, first, (last - first) / 16, scratch);
+    } else
+#endif
+    {
+      // Four groups at a time: four independent FMA chains per token, the groups' panels read
+      // from cache by every token after the first.
+      std::size_t r = first;
+      for (; r + 64 <= last; r += 64)
+        for (std::size_t t = 0; t < n_tokens; ++t)
+          float_x16_token<4>(panels + r / 16 * group, cols, x + t * cols, y + t * rows + r);
+      for (; r < last; r += 16)
+        for (std::size_t t = 0; t < n_tokens; ++t)
+          float_x16_token<1>(panels + r / 16 * group, cols, x + t * cols, y + t * rows + r);
+    }
+  }
+  if (last < row_end && row_end > first) cut_group(last / 16, last, row_end);
 }
 
 inline void matmul_f32(const void* w, std::size_t rows, std::size_t cols, const float* x,
@@ -537,7 +617,29 @@ inline void matmul_dequant(const void* weights, std::size_t rows, std::size_t co
                            std::size_t n_tokens, float* y, std::size_t row_begin,
                            std::size_t row_end, void* scratch) {
   const Block* w = static_cast<const Block*>(weights);
-  // Token counts are compile-time in each call so the accumulators stay in registers.
+#if HLLM_ISA_LEVEL == 2
+  // Q8_0 and Q6_K rows take their register-dequantizing dot products above for every token
+  // count, token by token, so a token's outputs do not depend on the others' (batch
+  // invariance). Q8_0 (an output projection) runs the tokens inside each row, which stays in L1;
+  // Q6_K (exact sessions only) decodes the matrix once per token.
+  const std::size_t blocks = cols / kElements;
+  using Stored = std::remove_cvref_t<decltype(block_at(w, blocks, 0, 0))>;  // the file's block
+  if constexpr (std::is_same_v<Stored, BlockQ8_0>) {
+    for (std::size_t r = row_begin; r < row_end; ++r)
+      for (std::size_t t = 0; t < n_tokens; ++t)
+        y[t * rows + r] = dot_row_exact_q8_0(
+            [&](std::size_t b) -> decltype(auto) { return block_at(w, blocks, r, b); }, blocks,
+            x + t * cols);
+    return;
+  } else if constexpr (std::is_same_v<Stored, BlockQ6_K>) {
+    for (std::size_t t = 0; t < n_tokens; ++t)
+      dequant_rows_decode<Block, kElements>(w, rows, cols, x + t * cols, y + t * rows, row_begin,
+                                            row_end, scratch);
+    return;
+  }
+#endif
+  // The buffered loop's arithmetic per token does not depend on the tile's token count. Token
+  // counts are compile-time in each call so the accumulators stay in registers.
   for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
     if constexpr (k_tokens() == 1)
       dequant_rows_decode<Block, kElements>(w, rows, cols, x + t * cols, y + t * rows, row_begin,

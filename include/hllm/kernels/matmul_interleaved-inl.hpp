@@ -1,15 +1,17 @@
 // Matrix products for weights repacked at load time, 8 rows to a group (Interleaved8:
 // DType::q4_0_x8, q8_0_x8, q4_k_x8, q6_k_x8) or 16 rows to a panel (Interleaved16: q4_0_x16,
-// q8_0_x16, q4_k_x16, q6_k_x16), written once and compiled per ISA (see isa_kernels.hpp), after the
-// row-major kernels it falls back on. No include guard, by design.
+// q8_0_x16, q4_k_x16, q5_k_x16, q6_k_x16), written once and compiled per ISA (see
+// isa_kernels.hpp), after the row-major kernels it falls back on. No include guard, by design.
 //
-// With VNNI, whole groups run on the repacked layout directly: decode (fewer than
-// kPackedMinTokens tokens) with decode_group8, which loads each activation block once for 8
-// rows and their 8 scales with one load, or decode_group16, one row per lane; prefill packs its
-// 16-row panels from two groups or one 16-row panel (InterleavedPanels, Interleaved16Panels in
-// gemm_vnni-inl.hpp). Everything else (rows outside whole groups; other
-// ISAs, which a session may choose for a model repacked for VNNI) copies each row's blocks out
-// (block_at) and runs the row-major kernels on it: the same integer arithmetic, slower.
+// With VNNI, whole groups run on the repacked layout directly. The 16-row panels: decode (fewer
+// than kPackedMinTokens tokens) with decode_group16, one row per lane, prefill with the packed
+// GEMM, whose panels load straight from them (Interleaved16Panels in gemm_vnni-inl.hpp); both sum
+// a token's output block after block in one FMA chain, so a token gets the same bits from either
+// (batch invariance). The 8-row groups (matrices whose rows are not a multiple of 16): every
+// token count with decode_group8, which loads each activation block once for 8 rows and their 8
+// scales with one load. Everything else (rows outside whole groups; other ISAs, which a session
+// may choose for a model repacked for VNNI) copies each row's blocks out (block_at) and runs the
+// row-major kernels on it: the same integer arithmetic, slower.
 
 #if HLLM_QUANT_VNNI
 // Lane l of register z holds part of row z·(16/lanes_per_row) + l/lanes_per_row.
@@ -236,14 +238,15 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 // offset term (Q8_0: bias = −128·Σx for its q + 128 bytes; Q4_0: bias / 16 = −8·Σx for its
 // nibbles), so it is exact and needs no lane sums, scale permutes or float offset terms. Q4_0
 // multiplies the high nibbles in place (q & 0xf0 = 16·nibble, in a second chain shifted back
-// by 4 at the end: exact, as 16 divides it), one AND instead of a shift and an AND. The two
-// block columns of a unit accumulate in separate registers, and the unit's bytes are read in
-// address order (alternating the two columns' loads halves the rate at which the hardware
-// prefetcher streams the panels from DRAM).
+// by 4 at the end: exact, as 16 divides it), one AND instead of a shift and an AND. The unit's
+// bytes are read in address order (alternating the two columns' loads halves the rate at which
+// the hardware prefetcher streams the panels from DRAM). Each block's scaled dot is added to one
+// accumulator, block after block, exactly as the packed GEMM (panel_tile) sums a token's row:
+// the kernels are batch invariant, a token's outputs the same bits whichever runs it.
 template <class Block>
 inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, std::size_t units,
                            float* out) {
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
   for (std::size_t u = 0; u < units; ++u) {
     const Interleaved16<Block>& unit = w[u];
@@ -264,21 +267,22 @@ inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, s
         }
         dot = _mm512_add_epi32(low, _mm512_srai_epi32(high, 4));
       }
-      acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                               _mm512_mul_ps(VecF32::load(unit.d[h]), _mm512_set1_ps(a.d)), acc[h]);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                            _mm512_mul_ps(VecF32::load(unit.d[h]), _mm512_set1_ps(a.d)), acc);
     }
   }
-  _mm512_storeu_ps(out, _mm512_add_ps(acc[0], acc[1]));
+  _mm512_storeu_ps(out, acc);
 }
 
 // Decode of one 16-row group of Q4_K panels against one token: out[0..16). Per pair of
 // sub-blocks, the low nibbles (sub-block 2p) and the high ones (2p + 1, multiplied in place as
-// q & 0xf0 and shifted back by 4, exactly) run one chain each against their activation blocks;
-// each sub-block's 16 row scales d·scale_j (bytes, converted) weigh its dot, and the minimums'
-// term Σ_j dmin·min_j·d_x·Σxq sums in one register, subtracted at the end.
+// q & 0xf0 and shifted back by 4, exactly) run one chain each against their activation blocks.
+// Then, sub-block by sub-block, its dot weighed by the 16 row scales d·scale_j·d_x and its
+// minimum term dmin·min_j·d_x·Σxq go into one accumulator, in the packed GEMM's order
+// (panel_tile), so decode and prefill give a token the same bits.
 inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size_t supers,
                            float* out) {
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, minimum = _mm512_setzero_ps();
+  __m512 acc = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
   for (std::size_t s = 0; s < supers; ++s) {
     const BlockQ4_Kx16& unit = w[s];
@@ -286,14 +290,6 @@ inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size
     const BlockQ8Act* a = x + 8 * s;
     _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
       const BlockQ4_Kx16::Pair& pair = unit.pairs[p];
-      __m512 scale[2];
-      _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
-        const std::size_t j = 2 * p + h;
-        scale[h] = _mm512_mul_ps(_mm512_mul_ps(bytes_to_floats(pair.scales[h]), d),
-                                 _mm512_set1_ps(a[j].d));
-        minimum = _mm512_fmadd_ps(_mm512_mul_ps(bytes_to_floats(pair.mins[h]), dmin),
-                                  _mm512_set1_ps(a[j].d_sum), minimum);
-      }
       __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
       _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
         const __m512i q = _mm512_loadu_si512(pair.qs[k]);
@@ -301,22 +297,72 @@ inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size
         high =
             _mm512_dpbusd_epi32(high, _mm512_and_si512(q, high4), broadcast_group(a[2 * p + 1], k));
       }
-      acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(low), scale[0], acc[0]);
-      acc[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(high, 4)), scale[1], acc[1]);
+      const __m512i dots[2] = {low, _mm512_srai_epi32(high, 4)};
+      _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
+        const BlockQ8Act& a_j = a[2 * p + h];
+        const __m512 scale = _mm512_mul_ps(bytes_to_floats(pair.scales[h]), d);
+        const __m512 minimum = _mm512_mul_ps(bytes_to_floats(pair.mins[h]), dmin);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[h]),
+                              _mm512_mul_ps(scale, _mm512_set1_ps(a_j.d)), acc);
+        acc = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(a_j.d_sum), acc);
+      }
     }
   }
-  _mm512_storeu_ps(out, _mm512_sub_ps(_mm512_add_ps(acc[0], acc[1]), minimum));
+  _mm512_storeu_ps(out, acc);
+}
+
+// Decode of one 16-row group of Q5_K panels against one token: out[0..16). Q4_K's, with each
+// value's fifth bit (bit j of its qh byte, for sub-block j) shifted from the unit's qh words
+// into bit 4 of the nibble, so both chains multiply whole 5-bit values; the same order of float
+// operations as Q4_K's (and the packed GEMM's).
+inline void decode_group16(const BlockQ5_Kx16* w, const BlockQ8Act* x, std::size_t supers,
+                           float* out) {
+  __m512 acc = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+  for (std::size_t s = 0; s < supers; ++s) {
+    const BlockQ5_Kx16& unit = w[s];
+    const __m512 d = VecF32::load(unit.d), dmin = VecF32::load(unit.dmin);
+    const BlockQ8Act* a = x + 8 * s;
+    _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
+      const BlockQ5_Kx16::Pair& pair = unit.pairs[p];
+      __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
+      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+        const __m512i q = _mm512_loadu_si512(pair.qs[k]);
+        const __m512i h = _mm512_loadu_si512(unit.qh[k]);
+        const __m512i lo = _mm512_or_si512(
+            _mm512_and_si512(q, low4),
+            _mm512_slli_epi32(
+                _mm512_and_si512(_mm512_srli_epi32(h, static_cast<unsigned>(2 * p)), one), 4));
+        const __m512i hi = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32(q, 4), low4),
+            _mm512_slli_epi32(
+                _mm512_and_si512(_mm512_srli_epi32(h, static_cast<unsigned>(2 * p + 1)), one), 4));
+        low = _mm512_dpbusd_epi32(low, lo, broadcast_group(a[2 * p], k));
+        high = _mm512_dpbusd_epi32(high, hi, broadcast_group(a[2 * p + 1], k));
+      }
+      const __m512i dots[2] = {low, high};
+      _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
+        const BlockQ8Act& a_j = a[2 * p + h];
+        const __m512 scale = _mm512_mul_ps(bytes_to_floats(pair.scales[h]), d);
+        const __m512 minimum = _mm512_mul_ps(bytes_to_floats(pair.mins[h]), dmin);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[h]),
+                              _mm512_mul_ps(scale, _mm512_set1_ps(a_j.d)), acc);
+        acc = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(a_j.d_sum), acc);
+      }
+    }
+  }
+  _mm512_storeu_ps(out, acc);
 }
 
 // Decode of one 16-row group of Q6_K panels against one token: out[0..16). Per half of a
 // super-block, each slice's two 16-value sub-blocks run one chain each (groups 0..3 and 4..7),
 // started at their offset term −32·Σx (slice 3, whose values come as 4·q: −128·Σx, the
-// activation block's bias_lo and bias − bias_lo). A slice's two dots meet their int8 row scales
-// in integer (|dot·scale| <= 16·32·127·128 per sub-block: the sum of two is below 2^24, so its
-// conversion is exact; slice 3's is divided by 4 first, exactly), then one FMA by d·d_x.
+// activation block's bias_lo and bias − bias_lo, its dots divided by 4 at the end, exactly).
+// Then each sub-block's dot, weighed by d·scale·d_x, goes into one accumulator, slice after
+// slice and low half before high, in the packed GEMM's order (panel_tile).
 inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size_t supers,
                            float* out) {
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc = _mm512_setzero_ps();
   for (std::size_t s = 0; s < supers; ++s) {
     const BlockQ6_Kx16& unit = w[s];
     const __m512 d = VecF32::load(unit.d);
@@ -337,19 +383,18 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
             _mm512_dpbusd_epi32(dot[i][k / 4], q[i], broadcast_group(a[i], k));
       }
       _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
-        const auto scale = [&](std::size_t sub) {
-          return _mm512_cvtepi8_epi32(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(half.scales[2 * i + sub])));
-        };
-        __m512i scaled = _mm512_add_epi32(_mm512_mullo_epi32(dot[i][0], scale(0)),
-                                          _mm512_mullo_epi32(dot[i][1], scale(1)));
-        if (i == 3) scaled = _mm512_srai_epi32(scaled, 2);
-        acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled),
-                                 _mm512_mul_ps(d, _mm512_set1_ps(a[i].d)), acc[h]);
+        const __m512 d_x = _mm512_set1_ps(a[i].d);
+        _Pragma("GCC unroll 2") for (std::size_t sub = 0; sub < 2; ++sub) {
+          const __m512i exact = i == 3 ? _mm512_srai_epi32(dot[i][sub], 2) : dot[i][sub];
+          const __m512 scale = _mm512_mul_ps(
+              d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(half.scales[2 * i + sub])))));
+          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), _mm512_mul_ps(scale, d_x), acc);
+        }
       }
     }
   }
-  _mm512_storeu_ps(out, _mm512_add_ps(acc[0], acc[1]));
+  _mm512_storeu_ps(out, acc);
 }
 #endif
 
@@ -358,7 +403,8 @@ template <class Block>
 inline void matmul_file_layout(const Block* w, std::size_t rows, std::size_t cols,
                                const BlockQ8Act* x, std::size_t n_tokens, float* y,
                                std::size_t row_begin, std::size_t row_end) {
-  if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ6_K>)
+  if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K> ||
+                std::is_same_v<Block, BlockQ6_K>)
     matmul_kquant<Block>(w, rows, cols, x, n_tokens, y, row_begin, row_end);
   else
     matmul_quant(w, rows, cols, x, n_tokens, y, row_begin, row_end);
@@ -395,14 +441,12 @@ inline void matmul_interleaved(const Interleaved8<Block>* w, std::size_t rows, s
   const std::size_t units = cols / kUnit;
 #if HLLM_QUANT_VNNI
   const std::size_t blocks = cols / 32;
+  // Every token count on the decode kernel, token by token: its lane sums are not the packed
+  // GEMM's order, and one order for every count keeps the kernel batch invariant. (The 8-row
+  // groups serve only matrices whose rows are not a multiple of 16; the others take the 16-row
+  // panels, GEMM and all.)
   if (row_begin % 8 == 0) {
-    if (n_tokens >= kPackedMinTokens) {
-      const std::size_t panels = (row_end - row_begin) / kPanelRows;
-      gemm_packed<Block>(InterleavedPanels<Block>{w, units}, rows, blocks, x, n_tokens, y,
-                         row_begin, panels);
-      row_begin += panels * kPanelRows;
-    }
-    if (blocks <= kDecodeMaxBlocks) {  // decode, or a group left over by the panels
+    if (blocks <= kDecodeMaxBlocks) {
       const std::size_t groups = (row_end - row_begin) / 8;
       float xd[kDecodeMaxBlocks], xoff[kDecodeMaxBlocks];
       for (std::size_t t = 0; groups > 0 && t < n_tokens; ++t) {

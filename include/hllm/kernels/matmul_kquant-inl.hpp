@@ -211,13 +211,8 @@ inline void matmul_kquant(const void* weights, std::size_t rows, std::size_t col
                           std::size_t row_begin, std::size_t row_end) {
   const Block* w = static_cast<const Block*>(weights);
   const std::size_t supers = cols / kQK_K, blocks = cols / 32;
-#if HLLM_QUANT_VNNI
-  if (n_tokens >= kPackedMinTokens) {
-    const std::size_t groups = (row_end - row_begin) / kPanelRows;
-    gemm_packed(w, rows, blocks, x, n_tokens, y, row_begin, groups);
-    row_begin += groups * kPanelRows;
-  }
-#endif
+  // Every token count on the row kernels, token by token: batch invariant. (The packed GEMM sums
+  // in another order; it runs on the 16-row panels a load repacks K-quants into on VNNI CPUs.)
   for (std::size_t t = 0; t < n_tokens; ++t) {
 #if HLLM_ISA_LEVEL == 2
     if constexpr (!std::is_same_v<Block, BlockQ6_K>) {

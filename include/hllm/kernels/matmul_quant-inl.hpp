@@ -132,95 +132,18 @@ inline void quant_tile(const Block* w, const BlockQ8Act* x, std::size_t blocks, 
           hsum(acc[i][j]);
 }
 
-// One weight row against one token (decode): quant_tile<1, 1>'s arithmetic with four
-// accumulators in rotation. A single accumulator chains every block's FMA on the one before it
-// (4 cycles of latency per 18- or 34-byte block: half the memory speed on one core); four
-// independent chains let the blocks overlap.
-template <class Block>
-inline float quant_row(const Block* w, const BlockQ8Act* x, std::size_t blocks) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
-  const auto add_block = [&](std::size_t b, __m256& sum) {
-    const BlockQ8Act& a = x[b];
-    const __m256i xq = load_act(a);
-    __m256i dot;
-    if constexpr (std::is_same_v<Block, BlockQ4_0>) {
-      // Σ(u − 8)·x = Σu·x − 8·Σx: one lane carries the offset term (the lanes are summed).
-      dot = dot_u8s8(_mm256_setr_epi32(-8 * a.sum, 0, 0, 0, 0, 0, 0, 0), unpack_q4(w[b].qs), xq);
-    } else {
-      const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-      dot = dot_u8s8(_mm256_setzero_si256(), _mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
-    }
-    sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale_of(w[b].d) * a.d), sum);
-  };
-  std::size_t b = 0;
-  for (; b + 4 <= blocks; b += 4)
-    _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) add_block(b + i, acc[i]);
-  for (; b < blocks; ++b) add_block(b, acc[0]);
-  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-}
-
 #if HLLM_ISA_LEVEL == 2
-// Decode for AVX-512 CPUs, 8 blocks of a row at a time, with the per-block scalar work moved out
-// of the block loop: the token's scales xd[b] and offset terms xoff[b] = −offset·xd[b]·Σxq are
-// computed once per call (decode_activation_terms) for all rows, the row's 8 f16 scales come
-// in one gather, and each block's scale is one lane permute away. The offset is then summed in
-// float (Σ_b d_b·xoff_b) instead of per block in the integer dot. Q4_0 nibbles unpack from one
-// 128-bit broadcast: the upper copy shifts right by 4 (variable per-lane shift), one mask
-// takes both halves.
+// The activation terms of the interleaved decode kernels (matmul_interleaved-inl.hpp): a
+// token's block scales xd[b] and offset terms xoff[b] = −offset·xd[b]·Σxq, computed once per call
+// for all rows. offset: the weights' integer offset (value ∝ u − offset): 8 for Q4_0, 128 for
+// Q8_0 flipped to unsigned.
 inline constexpr std::size_t kDecodeMaxBlocks = 1024;
-
-// offset: the weights' integer offset (value ∝ u − offset): 8 for Q4_0, 0 for Q8_0 as stored,
-// 128 for Q8_0 flipped to unsigned.
 inline void decode_activation_terms(const BlockQ8Act* x, std::size_t blocks, float offset,
                                     float* xd, float* xoff) {
   for (std::size_t b = 0; b < blocks; ++b) {
     xd[b] = x[b].d;
     xoff[b] = -offset * x[b].d * static_cast<float>(x[b].sum);
   }
-}
-
-template <class Block>
-inline float quant_row8(const Block* w, const BlockQ8Act* x, std::size_t blocks, const float* xd,
-                        const float* xoff) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
-  __m256 offset_acc = _mm256_setzero_ps();
-  const __m256i nibble_shift = _mm256_setr_epi64x(0, 0, 4, 4);
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  std::size_t b = 0;
-  for (; b + 8 <= blocks; b += 8) {
-    // The 8 blocks' f16 scales side by side (word inserts: cheaper here than a gather).
-    const __m128i d_words =
-        _mm_setr_epi16(static_cast<short>(w[b].d.bits), static_cast<short>(w[b + 1].d.bits),
-                       static_cast<short>(w[b + 2].d.bits), static_cast<short>(w[b + 3].d.bits),
-                       static_cast<short>(w[b + 4].d.bits), static_cast<short>(w[b + 5].d.bits),
-                       static_cast<short>(w[b + 6].d.bits), static_cast<short>(w[b + 7].d.bits));
-    const __m256 wd = _mm256_cvtph_ps(d_words);
-    const __m256 scale = _mm256_mul_ps(wd, _mm256_loadu_ps(xd + b));
-    if constexpr (std::is_same_v<Block, BlockQ4_0>)
-      offset_acc = _mm256_fmadd_ps(wd, _mm256_loadu_ps(xoff + b), offset_acc);
-    _Pragma("GCC unroll 8") for (std::size_t i = 0; i < 8; ++i) {
-      const __m256i xq = load_act(x[b + i]);
-      __m256i dot;
-      if constexpr (std::is_same_v<Block, BlockQ4_0>) {
-        const __m256i both = _mm256_broadcastsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b + i].qs)));
-        dot = dot_u8s8(_mm256_setzero_si256(),
-                       _mm256_and_si256(_mm256_srlv_epi64(both, nibble_shift), low4), xq);
-      } else {
-        const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + i].qs));
-        dot = dot_u8s8(_mm256_setzero_si256(), _mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
-      }
-      const __m256 s = _mm256_permutevar8x32_ps(scale, _mm256_set1_epi32(static_cast<int>(i)));
-      acc[i % 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), s, acc[i % 4]);
-    }
-  }
-  float tail = 0.0f;
-  if (b < blocks) tail = quant_row(w + b, x + b, blocks - b);
-  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),
-                            _mm256_add_ps(_mm256_add_ps(acc[2], acc[3]), offset_acc))) +
-         tail;
 }
 #endif
 
@@ -254,51 +177,35 @@ inline void quant_tile(const Block* w, const BlockQ8Act* x, std::size_t blocks, 
 #endif
 
 // w: [rows][cols/32] blocks, x: [n_tokens][cols/32] activation blocks, y: [n_tokens][rows];
-// rows [row_begin, row_end).
+// rows [row_begin, row_end). Every token count runs on quant_tile, whose arithmetic for one
+// output (each block's integer dot in 8 lanes, scaled into 8 float lanes block after block,
+// summed at the end) does not depend on the tile's shape: a token's outputs are the same bits
+// alone or in any batch (batch invariance, tests/test_kernels.cpp). Tiles of 4 rows × 4 tokens,
+// the last 1-3 tokens in one tile row: decode is 4 rows × 1 token, four independent FMA chains
+// (one row's single chain waits on each block's FMA: docs/performance.md).
 template <class Block>
 inline void matmul_quant(const Block* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
                          std::size_t n_tokens, float* y, std::size_t row_begin,
                          std::size_t row_end) {
-  constexpr std::size_t kRows = 4, kTokens = 4;
+  constexpr std::size_t kRows = 4;
   const std::size_t blocks = cols / 32;
-#if HLLM_QUANT_VNNI
-  // Batches (prefill) go to the packed-panel GEMM, whole 16-row groups at a time; rows left
-  // over (a row range not a multiple of 16) fall through to the tiles below.
-  if (n_tokens >= kPackedMinTokens) {
-    const std::size_t groups = (row_end - row_begin) / kPanelRows;
-    gemm_packed(w, rows, blocks, x, n_tokens, y, row_begin, groups);
-    row_begin += groups * kPanelRows;
-    if (row_begin == row_end) return;
-  }
-#endif
-  std::size_t t = 0;
-  for (; t + kTokens <= n_tokens; t += kTokens) {
+  // Tokens [t, t + k) for every row: 4 rows at a time, then the rows left one at a time. Every
+  // weight row is read once for the k tokens.
+  const auto rows_for = [&](auto k_tokens, std::size_t t) {
+    constexpr std::size_t k = k_tokens();
     std::size_t r = row_begin;
     for (; r + kRows <= row_end; r += kRows)
-      quant_tile<kRows, kTokens>(w + r * blocks, x + t * blocks, blocks, y + t * rows + r, rows);
+      quant_tile<kRows, k>(w + r * blocks, x + t * blocks, blocks, y + t * rows + r, rows);
     for (; r < row_end; ++r)
-      quant_tile<1, kTokens>(w + r * blocks, x + t * blocks, blocks, y + t * rows + r, rows);
-  }
-  // Single tokens (decode) stream one weight row at a time: reading several rows' streams at
-  // once halves one core's read bandwidth against one sequential stream (docs/performance.md).
-  for (; t < n_tokens; ++t) {
-#if HLLM_ISA_LEVEL == 2
-    if (blocks <= kDecodeMaxBlocks) {
-      float xd[kDecodeMaxBlocks], xoff[kDecodeMaxBlocks];
-      decode_activation_terms(x + t * blocks, blocks,
-                              std::is_same_v<Block, BlockQ4_0> ? 8.0f : 0.0f, xd, xoff);
-      for (std::size_t r = row_begin; r < row_end; ++r)
-        y[t * rows + r] = quant_row8(w + r * blocks, x + t * blocks, blocks, xd, xoff);
-      continue;
-    }
-#endif
-    for (std::size_t r = row_begin; r < row_end; ++r) {
-#if HLLM_ISA_LEVEL >= 1
-      y[t * rows + r] = quant_row(w + r * blocks, x + t * blocks, blocks);
-#else
-      quant_tile<1, 1>(w + r * blocks, x + t * blocks, blocks, y + t * rows + r, rows);
-#endif
-    }
+      quant_tile<1, k>(w + r * blocks, x + t * blocks, blocks, y + t * rows + r, rows);
+  };
+  std::size_t t = 0;
+  for (; t + 4 <= n_tokens; t += 4) rows_for(std::integral_constant<std::size_t, 4>{}, t);
+  switch (n_tokens - t) {
+    case 3: return rows_for(std::integral_constant<std::size_t, 3>{}, t);
+    case 2: return rows_for(std::integral_constant<std::size_t, 2>{}, t);
+    case 1: return rows_for(std::integral_constant<std::size_t, 1>{}, t);
+    default: return;
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "hllm/core/bf16_panels.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/core/float_panels.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/kv_element.hpp"
 #include "hllm/core/quant_blocks.hpp"
@@ -172,6 +173,17 @@ inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, flo
         out[c] = to_float(panels[bf16_x16_index(w.cols, row, c)]);
       return true;
     }
+    case DType::f32_x16: {
+      const auto* panels = static_cast<const float*>(w.data);
+      for (std::size_t c = 0; c < w.cols; ++c) out[c] = panels[float_x16_index(w.cols, row, c)];
+      return true;
+    }
+    case DType::f16_x16: {
+      const auto* panels = static_cast<const f16*>(w.data);
+      for (std::size_t c = 0; c < w.cols; ++c)
+        out[c] = to_float(panels[float_x16_index(w.cols, row, c)]);
+      return true;
+    }
     case DType::q8_0_x8: dequantize_interleaved_row<BlockQ8_0, kQK8_0>(w, row, out); return true;
     case DType::q4_0_x8: dequantize_interleaved_row<BlockQ4_0, kQK4_0>(w, row, out); return true;
     case DType::q4_k_x8: dequantize_interleaved_row<BlockQ4_K, kQK_K>(w, row, out); return true;
@@ -184,6 +196,9 @@ inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, flo
       return true;
     case DType::q4_k_x16:
       dequantize_interleaved_row<BlockQ4_K, kQK_K, Interleaved16>(w, row, out);
+      return true;
+    case DType::q5_k_x16:
+      dequantize_interleaved_row<BlockQ5_K, kQK_K, Interleaved16>(w, row, out);
       return true;
     case DType::q6_k_x16:
       dequantize_interleaved_row<BlockQ6_K, kQK_K, Interleaved16>(w, row, out);
@@ -215,8 +230,11 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
     case DType::q8_0_x16:
     case DType::q4_0_x16:
     case DType::q4_k_x16:
+    case DType::q5_k_x16:
     case DType::q6_k_x16:
     case DType::bf16_x16:
+    case DType::f32_x16:
+    case DType::f16_x16:
     case DType::q4_1:
     case DType::q4_k:
     case DType::q5_k:

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "hllm/core/bf16_panels.hpp"
+#include "hllm/core/float_panels.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/quant_blocks.hpp"
 
@@ -18,7 +19,8 @@ namespace hllm::kernels {
 // columns in float32 (kernels/matmul_float-inl.hpp), of kBf16TokenChunk tokens × kBf16PanelPairs
 // column pairs as bf16 pairs (kernels/gemm_bf16-inl.hpp). A chunk's panel stays in L2; 512
 // tokens rather than 256 pack each weight panel half as often (docs/performance.md).
-inline constexpr std::size_t kFloatPanelRows = 16, kFloatPanelCols = 256;
+inline constexpr std::size_t kFloatPanelCols =
+    256;  // rows: kFloatPanelRows (core/float_panels.hpp)
 inline constexpr std::size_t kFloatTokenChunk = 512, kFloatPackedMinTokens = 8;
 inline constexpr std::size_t kBf16PanelPairs = 128;  // 256 columns per panel, 8 KiB
 inline constexpr std::size_t kBf16TokenChunk = 512, kBf16PackedMinTokens = 8;

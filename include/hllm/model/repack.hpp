@@ -27,6 +27,7 @@
 #include "hllm/core/bf16_panels.hpp"
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/core/float_panels.hpp"
 #include "hllm/core/quant_blocks.hpp"
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/io/load_options.hpp"
@@ -42,12 +43,17 @@ namespace hllm {
 inline DType interleaved_type(const WeightTensor& w) noexcept {
   if (w.type == DType::bf16)
     return w.rows % kBf16PanelRows == 0 && w.cols % 2 == 0 ? DType::bf16_x16 : w.type;
+  if (w.type == DType::f32 || w.type == DType::f16)
+    return w.rows % kFloatPanelRows != 0 ? w.type
+           : w.type == DType::f32        ? DType::f32_x16
+                                         : DType::f16_x16;
   if (w.rows % 8 != 0 || w.cols % 32 != 0) return w.type;
   const bool panels = w.rows % 16 == 0 && w.cols % 64 == 0;
   switch (w.type) {
     case DType::q4_0: return panels ? DType::q4_0_x16 : DType::q4_0_x8;
     case DType::q8_0: return panels ? DType::q8_0_x16 : DType::q8_0_x8;
     case DType::q4_k: return w.rows % 16 == 0 ? DType::q4_k_x16 : DType::q4_k_x8;
+    case DType::q5_k: return w.rows % 16 == 0 ? DType::q5_k_x16 : w.type;
     case DType::q6_k: return w.rows % 16 == 0 ? DType::q6_k_x16 : DType::q6_k_x8;
     default: return w.type;
   }
@@ -125,7 +131,16 @@ inline DType repack_tensor(const WeightTensor& w, DType to, void* out) {
     case DType::q4_0_x16: detail::interleave_as<Interleaved16, BlockQ4_0>(w, 32, out); break;
     case DType::q8_0_x16: detail::interleave_as<Interleaved16, BlockQ8_0>(w, 32, out); break;
     case DType::q4_k_x16: detail::interleave_as<Interleaved16, BlockQ4_K>(w, kQK_K, out); break;
+    case DType::q5_k_x16: detail::interleave_as<Interleaved16, BlockQ5_K>(w, kQK_K, out); break;
     case DType::q6_k_x16: detail::interleave_as<Interleaved16, BlockQ6_K>(w, kQK_K, out); break;
+    case DType::f32_x16:
+      interleave_float_rows16(static_cast<const float*>(w.data), w.rows, w.cols,
+                              static_cast<float*>(out));
+      break;
+    case DType::f16_x16:
+      interleave_float_rows16(static_cast<const f16*>(w.data), w.rows, w.cols,
+                              static_cast<f16*>(out));
+      break;
     default:  // bf16_x16
       interleave_bf16_rows16(static_cast<const bf16*>(w.data), w.rows, w.cols,
                              static_cast<std::uint32_t*>(out));
@@ -149,9 +164,10 @@ inline bool huge_pages_available() {
 // What repack_weights does to the projection weights (the blocks' attention and feed-forward
 // matrices and an untied output matrix; never the embedding).
 struct RepackPlan {
-  bool interleave = false;   // Q4_0/Q8_0/Q4_K/Q6_K matrices: interleaved_type (output: see above)
-  bool move_all = false;     // every other projection is copied over as it is, for the huge pages
-  bool bf16_panels = false;  // BF16 matrices become BF16_X16 (the output too)
+  bool interleave = false;    // Q4_0/Q8_0/Q4_K/Q6_K matrices: interleaved_type (output: see above)
+  bool move_all = false;      // every other projection is copied over as it is, for the huge pages
+  bool bf16_panels = false;   // BF16 matrices become BF16_X16 (the output too)
+  bool float_panels = false;  // F32 and F16 matrices become F32_X16 and F16_X16 (the output too)
 };
 
 // Moves the projection weights that `plan` names into one new huge-page buffer (which
@@ -170,7 +186,9 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
   };
   std::vector<Target> targets;
   const auto consider = [&](WeightTensor& w, bool may_interleave) {
-    const bool wanted = w.type == DType::bf16 ? plan.bf16_panels : plan.interleave;
+    const bool wanted = w.type == DType::bf16                          ? plan.bf16_panels
+                        : w.type == DType::f32 || w.type == DType::f16 ? plan.float_panels
+                                                                       : plan.interleave;
     const DType to = wanted && may_interleave ? interleaved_type(w) : w.type;
     if (!w.empty() && (to != w.type || plan.move_all)) targets.push_back({&w, to});
   };
@@ -178,8 +196,9 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
     for (WeightTensor* w : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.ffn.gate,
                             &layer.ffn.up, &layer.ffn.down})
       consider(*w, true);
-  consider(weights.output,
-           is_at_most_6_bit(weights.output.type) || weights.output.type == DType::bf16);
+  const DType output = weights.output.type;
+  consider(weights.output, is_at_most_6_bit(output) || output == DType::bf16 ||
+                               output == DType::f32 || output == DType::f16);
   if (targets.empty()) return;
 
   // Bytes of a target in its new type (a repacked Q4_K is 148/144 of the file's).
@@ -220,8 +239,8 @@ inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table) {
   switch (mode) {
     case Repack::automatic:
       return {table.prefers_interleaved, huge_pages_available(),
-              table.matmul_bf16_x16_dot != nullptr};
-    case Repack::always: return {true, true, true};
+              table.matmul_bf16_x16_dot != nullptr, table.isa == Isa::avx512};
+    case Repack::always: return {true, true, true, true};
     case Repack::never: break;
   }
   return {};
