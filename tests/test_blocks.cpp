@@ -11,6 +11,7 @@
 #include "hllm/model/llama_block.hpp"
 #include "hllm/nn/attention.hpp"
 #include "hllm/nn/kv_cache.hpp"
+#include "hllm/nn/kv_chunk.hpp"
 #include "hllm/nn/rms_norm.hpp"
 #include "hllm/nn/rope.hpp"
 #include "hllm/nn/swiglu.hpp"
@@ -364,7 +365,8 @@ TEST(LlamaBlock, MatchesPyTorch) {
     hllm::ThreadPool pool(2);
     const hllm::Compute compute(hllm::kernels::table_for(isa), pool);
     std::vector<float> residual = x.values;
-    block.forward(compute, residual.data(), n, 0, rope, cos.data(), sin.data(), cache, scratch);
+    hllm::ContiguousKVChunk<float> chunk(cache, 0, n);
+    block.forward(compute, residual.data(), n, rope, cos.data(), sin.data(), chunk, scratch);
     EXPECT_TRUE(all_close(residual, g["out"]));
   }
 }

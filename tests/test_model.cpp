@@ -19,6 +19,7 @@
 #include "hllm/model/repack.hpp"
 #include "hllm/model/session.hpp"
 #include "test_util.hpp"
+#include "typed_weights.hpp"
 
 namespace {
 
@@ -661,21 +662,6 @@ TEST(Determinism, ThreadCountAndRepetitionDoNotChangeResults) {
 
 // The projections (and the output matrix) of random f32 weights converted to `type`, the
 // embedding and norms kept f32; `bytes` owns the converted matrices.
-hllm::ModelWeights typed_weights(const hllm::ModelConfig& c, hllm::DType type, std::uint64_t seed,
-                                 std::vector<std::vector<std::byte>>& bytes) {
-  hllm::ModelWeights w = hllm::random_weights(c, hllm::DType::f32, seed);
-  const auto convert = [&](hllm::WeightTensor& t) {
-    const float* values = t.as<float>();
-    bytes.push_back(hllm::quant::quantize(type, {values, t.rows * t.cols}));
-    t = {type, bytes.back().data(), t.rows, t.cols, t.name};
-  };
-  for (hllm::LayerWeights& l : w.layers)
-    for (hllm::WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
-      convert(*t);
-  convert(w.output);
-  return w;
-}
-
 // Prefill in chunks (every logit) and a few decode steps: what Determinism compares.
 std::vector<float> prefill_and_decode(const hllm::Llama<>& model, hllm::SessionOptions options) {
   hllm::Session<> session(model, options);
@@ -701,7 +687,7 @@ TEST(Determinism, EveryWeightTypeGivesTheSameBitsForAnyThreadCount) {
                            hllm::DType::q4_0}) {
     for (bool repacked : {false, true}) {
       std::vector<std::vector<std::byte>> bytes;
-      hllm::ModelWeights weights = typed_weights(c, type, 23, bytes);
+      hllm::ModelWeights weights = hllm::test::typed_weights(c, type, 23, bytes);
       if (repacked)
         hllm::repack_weights(weights, {.interleave = true, .move_all = false, .bf16_panels = true},
                              false);

@@ -19,6 +19,7 @@
 #include "hllm/model/spec.hpp"
 #include "hllm/model/weights.hpp"
 #include "hllm/nn/kv_cache.hpp"
+#include "hllm/nn/kv_chunk.hpp"
 #include "hllm/nn/rms_norm.hpp"
 #include "hllm/nn/rope.hpp"
 
@@ -79,29 +80,48 @@ class Llama {
   template <class KV>
   void forward(const Compute& compute, std::span<const std::int32_t> tokens, std::size_t start,
                KVCache<KV>& cache, ForwardScratch& scratch, float* logits, bool all_logits) const {
+    const std::size_t n = tokens.size();
+    cache.check_room(start, n);
+    ContiguousKVChunk<KV> chunk(cache, start, n);
+    forward_hidden(compute, tokens, chunk, scratch);
+    cache.advance(n);
+    const std::size_t first = all_logits ? 0 : n - 1;
+    logits_of_hidden(compute, scratch, first, n - first, logits);
+  }
+
+  // The decoder part of a forward pass: embeds `tokens` (at most scratch's max_tokens), runs
+  // them through every block, with `chunk` (nn/kv_chunk.hpp) placing each token in its sequence
+  // and cache, and leaves the last block's output in scratch.residual: [n_tokens][dim]. The
+  // caller commits the positions (advance) once this returns.
+  template <class Chunk>
+  void forward_hidden(const Compute& compute, std::span<const std::int32_t> tokens, Chunk& chunk,
+                      ForwardScratch& scratch) const {
     const std::size_t n = tokens.size(), dim = static_cast<std::size_t>(config_.dim);
     const std::size_t half_rot = rope_.rot_dims() / 2;
     if (n == 0 || n > scratch.block.max_tokens)
       throw Error(ErrorKind::internal, "forward chunk of " + std::to_string(n) + " tokens");
     check_tokens(tokens);
-    cache.check_room(start, n);
     float* x = scratch.residual.data();
     for (std::size_t t = 0; t < n; ++t) {
       reference::dequantize_row(weights_.token_embedding, static_cast<std::size_t>(tokens[t]),
                                 x + t * dim);
-      rope_.angles(static_cast<std::int64_t>(start + t), scratch.cos.data() + t * half_rot,
+      rope_.angles(static_cast<std::int64_t>(chunk.position(t)), scratch.cos.data() + t * half_rot,
                    scratch.sin.data() + t * half_rot);
     }
     for (const auto& block : blocks_)
-      block.forward(compute, x, n, start, rope_, scratch.cos.data(), scratch.sin.data(), cache,
+      block.forward(compute, x, n, rope_, scratch.cos.data(), scratch.sin.data(), chunk,
                     scratch.block);
-    cache.advance(n);
+  }
 
-    const std::size_t first = all_logits ? 0 : n - 1;
+  // The logits of rows [first, first + n_rows) of scratch.residual (forward_hidden's output):
+  // logits: [n_rows][vocab].
+  void logits_of_hidden(const Compute& compute, ForwardScratch& scratch, std::size_t first,
+                        std::size_t n_rows, float* logits) const {
+    const std::size_t dim = static_cast<std::size_t>(config_.dim);
     float* normed = scratch.block.normed.data();
-    final_norm_.forward(matrix_view<const float>(x + first * dim, n - first, dim),
-                        weights_.output_norm.as<float>(), matrix_view(normed, n - first, dim),
-                        compute.kernels());
+    final_norm_.forward(
+        matrix_view<const float>(scratch.residual.data() + first * dim, n_rows, dim),
+        weights_.output_norm.as<float>(), matrix_view(normed, n_rows, dim), compute.kernels());
     // The logits are what users compare. An output matrix of at most 6-bit weights (Q6_K in
     // Q4_0/Q4_K_M/Q6_K files, as llama.cpp writes them) runs on the 8-bit-activation kernels,
     // like every other projection: its own rounding is coarser than the activations', so the
@@ -109,9 +129,9 @@ class Llama {
     // Q8_0 and float matrices keep float32 activations: there the 8-bit rounding would dominate
     // and take the error past llama.cpp's.
     if (is_at_most_6_bit(output_weight().type))
-      compute.matmul(output_weight(), normed, n - first, logits);
+      compute.matmul(output_weight(), normed, n_rows, logits);
     else
-      compute.matmul_exact(output_weight(), normed, n - first, logits);
+      compute.matmul_exact(output_weight(), normed, n_rows, logits);
   }
 
  private:

@@ -15,7 +15,6 @@
 #include "hllm/model/spec.hpp"
 #include "hllm/model/weights.hpp"
 #include "hllm/nn/attention.hpp"
-#include "hllm/nn/kv_cache.hpp"
 #include "hllm/nn/rms_norm.hpp"
 #include "hllm/nn/rope.hpp"
 #include "hllm/nn/swiglu.hpp"
@@ -74,13 +73,13 @@ class LlamaBlock {
   std::size_t layer_index() const noexcept { return layer_; }
   const Attention& attention() const noexcept { return attention_; }
 
-  // x: [n_tokens][dim], the residual stream, updated in place. Token t sits at position
-  // start + t; cos, sin: [n_tokens][rot_dims/2] for those positions. The cache may hold any
-  // element type (a session chooses it at run time).
-  template <class KV>
-  void forward(const Compute& compute, float* x, std::size_t n_tokens, std::size_t start,
-               const Rope& rope, const float* cos, const float* sin, KVCache<KV>& cache,
-               BlockScratch& s) const {
+  // x: [n_tokens][dim], the residual stream, updated in place. `chunk` (nn/kv_chunk.hpp) says
+  // where each token sits and where its keys and values go: one sequence's contiguous cache, of
+  // any element type, or a batch of sequences in a paged pool. cos, sin: [n_tokens][rot_dims/2]
+  // for the tokens' positions.
+  template <class Chunk>
+  void forward(const Compute& compute, float* x, std::size_t n_tokens, const Rope& rope,
+               const float* cos, const float* sin, Chunk& chunk, BlockScratch& s) const {
     const std::size_t dim = dim_(), head_dim = rope.head_dim();
     const std::size_t q_width = n_heads_() * head_dim, kv_width = n_kv_heads_() * head_dim;
     const std::size_t half_rot = rope.rot_dims() / 2;
@@ -95,22 +94,22 @@ class LlamaBlock {
                  compute.kernels());
       rope.apply(s.k.data() + t * kv_width, n_kv_heads_(), cos + t * half_rot, sin + t * half_rot,
                  compute.kernels());
-      cache.store(layer_, start + t, s.k.data() + t * kv_width, s.v.data() + t * kv_width);
+      chunk.store(layer_, t, s.k.data() + t * kv_width, s.v.data() + t * kv_width);
     }
-    // Causality inside the chunk comes for free: token t attends to positions <= start + t,
-    // all of which were stored above (store() checked them against the capacity). Threads
-    // split the independent (token, KV head) pairs: the query heads sharing a KV head stay
-    // together, so their keys and values are read once.
+    // Every token of the chunk is stored before any attends, and each attends to positions up
+    // to its own, so causality inside the chunk comes for free. Threads split the independent
+    // (token, KV head) pairs: the query heads sharing a KV head stay together, so their keys and
+    // values are read once.
     const std::size_t n_heads = n_heads_(), n_kv = n_kv_heads_(), group = n_heads / n_kv;
-    // Work: about 2 · head_dim multiply-adds per visible key per (token, head).
-    const std::size_t attention_work = n_tokens * n_heads * head_dim * 2 * (start + n_tokens);
+    // Work: about 2 · head_dim multiply-adds per visible key per head.
+    const std::size_t attention_work = chunk.visible_keys() * n_heads * head_dim * 2;
     compute.split(n_tokens * n_kv, 1, attention_work,
                   [&](std::size_t begin, std::size_t end, std::size_t) {
                     for (std::size_t i = begin; i < end; ++i) {
                       const std::size_t t = i / n_kv, g = i % n_kv;
-                      attention_.forward_unchecked(s.q.data() + t * q_width, start + t, cache,
-                                                   layer_, s.attn.data() + t * q_width,
-                                                   compute.kernels(), g * group, (g + 1) * group);
+                      chunk.attend(attention_, layer_, t, s.q.data() + t * q_width,
+                                   s.attn.data() + t * q_width, compute.kernels(), g * group,
+                                   (g + 1) * group);
                     }
                   });
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());

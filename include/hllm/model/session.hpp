@@ -45,6 +45,12 @@ struct SessionOptions {
 // Which logits prefill returns.
 enum class Logits { last, all };
 
+// The most input features any matmul of the model has: dim (Q, K, V, gate, up, output), q_dim
+// (the attention output), ffn_dim (down). Sizes the kernels' scratch and the 8-bit activations.
+inline std::size_t widest_matmul_input(const ModelConfig& c) {
+  return static_cast<std::size_t>(std::max({c.dim, c.q_dim(), c.ffn_dim}));
+}
+
 // Longest context a session may request: 2^24 tokens, far past any model and small enough that
 // cache sizes cannot overflow.
 inline constexpr std::size_t kMaxContext = std::size_t{1} << 24;
@@ -95,11 +101,6 @@ class Session {
       throw Error(ErrorKind::invalid_argument,
                   "max_batch must be in [1, 65536], got " + std::to_string(max_batch));
     return max_batch;
-  }
-  // The most input features any matmul of the model has: dim (Q, K, V, gate, up, output),
-  // q_dim (the attention output), ffn_dim (down). Sizes the kernels' scratch.
-  static std::size_t widest_matmul_input(const ModelConfig& c) {
-    return static_cast<std::size_t>(std::max({c.dim, c.q_dim(), c.ffn_dim}));
   }
   // The same with a block to spare (for the 8-bit activation scratch).
   static std::size_t widest_input(const ModelConfig& c) { return widest_matmul_input(c) + 32; }

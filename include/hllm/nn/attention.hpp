@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "hllm/core/error.hpp"
 #include "hllm/kernels/dispatch.hpp"
 #include "hllm/nn/kv_cache.hpp"
+#include "hllm/nn/paged_kv_storage.hpp"
 
 namespace hllm {
 
@@ -78,6 +80,30 @@ class Attention {
       const std::size_t heads = std::min(end, (kv_head + 1) * group_) - h;
       attend(q + h * d, cache.keys(layer, kv_head, first), cache.values(layer, kv_head, first),
              n_keys, d, heads, scale_, out + h * d);
+      h += heads;
+    }
+  }
+
+  // The same over a paged cache: the sequence's keys and values lie in `blocks` of `storage`
+  // (its block table's, in position order; they hold every position up to `position`). The
+  // caller checked storage.check_paged_attention() and the layer. The results are bit-identical
+  // to forward_unchecked's over the same rows in a contiguous cache.
+  template <class KV>
+  void forward_paged_unchecked(const float* q, std::size_t position,
+                               const PagedKVStorage<KV>& storage, std::span<const BlockId> blocks,
+                               std::size_t layer, float* out, const kernels::KernelTable& kernels,
+                               std::size_t head_begin, std::size_t head_end) const noexcept {
+    const std::size_t first = first_visible(position);
+    const std::size_t n_keys = position + 1 - first;
+    const std::size_t d = shape_.head_dim;
+    const kernels::AttendGroupPagedFn attend = kernels.attend_group_paged_for<KV>();
+    const std::size_t end = std::min(head_end, shape_.n_heads);
+    for (std::size_t h = head_begin; h < end;) {
+      const std::size_t kv_head = h / group_;
+      const std::size_t heads = std::min(end, (kv_head + 1) * group_) - h;
+      attend(q + h * d, storage.rows_unchecked(blocks, layer, 0, kv_head, first),
+             storage.rows_unchecked(blocks, layer, 1, kv_head, first), n_keys, d, heads, scale_,
+             out + h * d);
       h += heads;
     }
   }

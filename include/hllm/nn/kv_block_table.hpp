@@ -191,6 +191,33 @@ class KVBlockTable {
     return true;
   }
 
+  // Readies the table for `n_tokens` more tokens after length(): reserves their blocks and makes
+  // each block they fall in writable (prepare_write). False when the pool runs short; the
+  // blocks reserved or copied by then stay with the table (release or truncate gives them back).
+  template <class CopyBlock>
+  requires std::invocable<CopyBlock&, BlockId, BlockId>
+  bool prepare_append(KVBlockAllocator& allocator, std::size_t n_tokens, CopyBlock&& copy_block) {
+    if (n_tokens == 0) return true;
+    if (!reserve(allocator, length_ + n_tokens)) return false;
+    const std::size_t last = length_ + n_tokens - 1;
+    for (std::size_t index = length_ / block_tokens_; index <= last / block_tokens_; ++index)
+      if (!prepare_write(allocator, std::max(length_, index * block_tokens_), copy_block))
+        return false;
+    return true;
+  }
+
+  // Whether this table may write positions [length(), length() + n_tokens): they have room and
+  // every block they fall in is this table's alone and unpublished (prepare_append made it so).
+  bool owns_append(const KVBlockAllocator& allocator, std::size_t n_tokens) const {
+    if (n_tokens == 0) return true;
+    if (n_tokens > capacity() - length_) return false;
+    const std::size_t last = length_ + n_tokens - 1;
+    for (std::size_t index = length_ / block_tokens_; index <= last / block_tokens_; ++index)
+      if (allocator.refcount(blocks_[index]) != 1 || allocator.is_published(blocks_[index]))
+        return false;
+    return true;
+  }
+
   // For an empty table: takes the longest run of leading full blocks of `tokens` (a prompt) that
   // the allocator has published, each retained. Returns the positions they cover, which become
   // committed: the caller prefills only tokens from there on. Never covers the last token,

@@ -129,14 +129,19 @@ class PagedKVStorage {
   // (kernels::KVBlockRows). Throws unsupported unless block_tokens is a power of two.
   kernels::KVBlockRows rows(std::span<const BlockId> blocks, std::size_t layer, std::size_t kv,
                             std::size_t kv_head, std::size_t first) const {
-    if ((block_tokens_ & (block_tokens_ - 1)) != 0)
-      throw Error(ErrorKind::unsupported, "paged attention needs a power-of-two block size, got " +
-                                              std::to_string(block_tokens_) + " tokens");
+    check_paged_attention();
     if (layer >= n_layers_ || kv > 1 || kv_head >= n_kv_heads_)
       throw Error(ErrorKind::out_of_range, "KV rows of layer " + std::to_string(layer) + ", head " +
                                                std::to_string(kv_head) + ": the pool has " +
                                                std::to_string(n_layers_) + " layers of " +
                                                std::to_string(n_kv_heads_) + " heads");
+    return rows_unchecked(blocks, layer, kv, kv_head, first);
+  }
+  // The same without the checks, for the attention loop (which must not throw): the caller
+  // checked the block size (check_paged_attention) and the layer and head beforehand.
+  kernels::KVBlockRows rows_unchecked(std::span<const BlockId> blocks, std::size_t layer,
+                                      std::size_t kv, std::size_t kv_head,
+                                      std::size_t first) const noexcept {
     return {data_.data(),
             blocks.data(),
             block_elements_,
@@ -144,6 +149,14 @@ class PagedKVStorage {
             block_tokens_,
             kv_row_elements<KV>(head_dim_),
             first};
+  }
+
+  // Throws unsupported unless the paged attention kernels can read this pool: they find a row's
+  // block with a shift, so block_tokens must be a power of two.
+  void check_paged_attention() const {
+    if ((block_tokens_ & (block_tokens_ - 1)) != 0)
+      throw Error(ErrorKind::unsupported, "paged attention needs a power-of-two block size, got " +
+                                              std::to_string(block_tokens_) + " tokens");
   }
 
   // Writes the keys and values of one token, at `slot` of `block`, in `layer`.

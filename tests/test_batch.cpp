@@ -1,0 +1,164 @@
+// The batched forward pass (model/batch.hpp): random mixes of sequences, prefill chunks and
+// decodes in one call, each sequence's logits bit for bit a lone Session's; every weight type
+// and layout, ISA, KV element type and thread count; prefix blocks taken from the pool give the
+// logits of computing them; and the refusals of malformed batches.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hllm/model/batch.hpp"
+#include "hllm/model/repack.hpp"
+#include "test_util.hpp"
+#include "typed_weights.hpp"
+
+namespace {
+
+using hllm::BatchEntry;
+using hllm::KVBlockAllocator;
+using hllm::KVBlockTable;
+using hllm::KVType;
+using hllm::Logits;
+
+// Two layers, GQA (8 query heads on 2 KV heads of 32 dims: Q8_0 caches need multiples of 32),
+// wide enough that matmuls and attention split across two threads.
+hllm::ModelConfig batch_config() {
+  hllm::ModelConfig c;
+  c.vocab_size = 300;
+  c.dim = 256;
+  c.n_layers = 2;
+  c.n_heads = 8;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 512;
+  c.context_length = 256;
+  return c;
+}
+
+std::vector<std::int32_t> random_tokens(std::size_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<std::int32_t> token(0, 299);
+  std::vector<std::int32_t> tokens(n);
+  for (auto& t : tokens) t = token(rng);
+  return tokens;
+}
+
+// Every position's logits of `tokens` from a fresh Session: the reference.   [n][vocab]
+std::vector<float> session_logits(const hllm::Llama<>& model, std::span<const std::int32_t> tokens,
+                                  hllm::Isa isa, KVType kv, std::size_t threads) {
+  hllm::Session<> session(model, {.context = 256, .threads = threads, .isa = isa, .kv_type = kv});
+  const auto logits = session.prefill(tokens, Logits::all);
+  return {logits.begin(), logits.end()};
+}
+
+// One sequence of a random schedule: its whole token stream, the positions evaluated so far
+// and its block table.
+struct Sequence {
+  std::vector<std::int32_t> tokens;
+  std::size_t prompt = 0;  // tokens [0, prompt) are prefilled in chunks, the rest one at a time
+  KVBlockTable table{hllm::kDefaultBlockTokens};
+  std::vector<float> reference;  // [tokens][vocab]
+};
+
+// Runs `sequences` to the end in random steps: each step takes a random subset of the unfinished
+// ones, in random order, each with a prefill chunk of random length (1 to 17 tokens, so chunks
+// end inside, at and across 16-token blocks) or its next decode token, all in one call, and
+// checks every logits row returned against the sequence's reference bit for bit.
+void run_random_schedule(hllm::BatchRunner<>& runner, std::vector<Sequence>& sequences,
+                         hllm::AnyPagedKVStorage& storage, KVBlockAllocator& allocator,
+                         std::mt19937& rng) {
+  const std::size_t vocab = runner.model().vocab_size();
+  const auto copy = [&](hllm::BlockId from, hllm::BlockId to) { storage.copy_block(from, to); };
+  for (std::size_t step = 0;; ++step) {
+    std::vector<Sequence*> active;
+    for (Sequence& s : sequences)
+      if (s.table.length() < s.tokens.size()) active.push_back(&s);
+    if (active.empty()) break;
+    std::shuffle(active.begin(), active.end(), rng);
+    active.resize(std::uniform_int_distribution<std::size_t>(1, active.size())(rng));
+    std::vector<BatchEntry> entries;
+    std::size_t budget = runner.max_tokens();
+    for (Sequence* s : active) {
+      const std::size_t at = s->table.length();
+      std::size_t n = 1;
+      if (at < s->prompt)
+        n = std::min(s->prompt - at, std::uniform_int_distribution<std::size_t>(1, 17)(rng));
+      if (n > budget) break;
+      budget -= n;
+      ASSERT_TRUE(s->table.prepare_append(allocator, n, copy));
+      const Logits which = rng() % 3 == 0 ? Logits::all : Logits::last;
+      entries.push_back({&s->table, std::span(s->tokens).subspan(at, n), which});
+    }
+    std::vector<std::size_t> starts;
+    for (const BatchEntry& e : entries) starts.push_back(e.table->length());
+    const auto logits = runner.forward(entries, storage, allocator);
+    std::size_t row = 0;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const BatchEntry& e = entries[i];
+      const Sequence& s = *std::find_if(sequences.begin(), sequences.end(),
+                                        [&](const Sequence& q) { return &q.table == e.table; });
+      ASSERT_EQ(e.table->length(), starts[i] + e.tokens.size());
+      const std::size_t first = e.logits == Logits::all ? 0 : e.tokens.size() - 1;
+      for (std::size_t j = first; j < e.tokens.size(); ++j, ++row) {
+        const std::size_t position = starts[i] + j;
+        ASSERT_EQ(0, std::memcmp(logits.data() + row * vocab, s.reference.data() + position * vocab,
+                                 vocab * sizeof(float)))
+            << "step " << step << ", entry " << i << " of " << entries.size() << ", position "
+            << position << " (entry from " << starts[i] << ", " << e.tokens.size() << " tokens)";
+      }
+    }
+    ASSERT_EQ(row * vocab, logits.size());
+    allocator.check_invariants();
+  }
+}
+
+struct Model {
+  std::vector<std::vector<std::byte>> bytes;
+  hllm::Llama<> llama;
+};
+
+// Every weight type the writers produce, in the file's layout and repacked (quantized panels and
+// groups, BF16 panels), on every ISA this CPU has, every KV element type, one and two threads:
+// 1 to 16 sequences, prompts of 1 to 40 tokens and up to 6 decoded ones, in random batches.
+TEST(BatchedForward, EachSequenceGetsItsSessionLogitsInAnyBatch) {
+  const hllm::ModelConfig c = batch_config();
+  std::mt19937 rng(2024);
+  for (hllm::DType type : {hllm::DType::f32, hllm::DType::f16, hllm::DType::bf16, hllm::DType::q8_0,
+                           hllm::DType::q4_0}) {
+    for (bool repacked : {false, true}) {
+      std::vector<std::vector<std::byte>> bytes;
+      hllm::ModelWeights weights = hllm::test::typed_weights(c, type, 31, bytes);
+      if (repacked)
+        hllm::repack_weights(weights, {.interleave = true, .move_all = false, .bf16_panels = true},
+                             false);
+      const hllm::Llama<> model(c, std::move(weights));
+      for (hllm::Isa isa : hllm::test::supported_isas())
+        for (KVType kv : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
+          for (std::size_t threads : {1u, 2u}) {
+            SCOPED_TRACE(hllm::dtype_name(model.weights().layers[0].wq.type) + " " +
+                         hllm::to_string(isa) + " kv " + hllm::to_string(kv) + " threads " +
+                         std::to_string(threads));
+            hllm::BatchRunner<> runner(model, {.max_tokens = 48, .threads = threads, .isa = isa});
+            std::vector<Sequence> sequences(std::uniform_int_distribution<std::size_t>(1, 16)(rng));
+            for (Sequence& s : sequences) {
+              s.prompt = std::uniform_int_distribution<std::size_t>(1, 40)(rng);
+              s.tokens = random_tokens(s.prompt + rng() % 7, rng);
+              s.reference = session_logits(model, s.tokens, isa, kv, threads);
+            }
+            const std::size_t blocks = 16 * 4;
+            KVBlockAllocator allocator(blocks, hllm::kDefaultBlockTokens);
+            hllm::AnyPagedKVStorage storage(kv, blocks, hllm::kDefaultBlockTokens, 2, 2, 32);
+            run_random_schedule(runner, sequences, storage, allocator, rng);
+            if (HasFatalFailure()) return;
+            for (Sequence& s : sequences) s.table.release_all(allocator);
+            EXPECT_EQ(allocator.n_referenced(), 0u);
+          }
+    }
+  }
+}
+
+}  // namespace

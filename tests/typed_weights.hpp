@@ -1,0 +1,31 @@
+#pragma once
+// Random model weights of one weight type, for the model-level tests that run every type.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "hllm/io/quantize.hpp"
+#include "hllm/model/config.hpp"
+#include "hllm/model/weights.hpp"
+
+namespace hllm::test {
+
+// random_weights(c, f32, seed) with every projection and the output converted to `type` (any
+// type quant::quantize writes); bytes keeps the converted tensors alive.
+inline ModelWeights typed_weights(const ModelConfig& c, DType type, std::uint64_t seed,
+                                  std::vector<std::vector<std::byte>>& bytes) {
+  ModelWeights w = random_weights(c, DType::f32, seed);
+  const auto convert = [&](WeightTensor& t) {
+    const float* values = t.as<float>();
+    bytes.push_back(quant::quantize(type, {values, t.rows * t.cols}));
+    t = {type, bytes.back().data(), t.rows, t.cols, t.name};
+  };
+  for (LayerWeights& l : w.layers)
+    for (WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
+      convert(*t);
+  convert(w.output);
+  return w;
+}
+
+}  // namespace hllm::test
