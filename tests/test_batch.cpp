@@ -21,6 +21,7 @@
 namespace {
 
 using hllm::BatchEntry;
+using hllm::ErrorKind;
 using hllm::KVBlockAllocator;
 using hllm::KVBlockTable;
 using hllm::KVType;
@@ -159,6 +160,120 @@ TEST(BatchedForward, EachSequenceGetsItsSessionLogitsInAnyBatch) {
           }
     }
   }
+}
+
+// Runs `tokens` after the table's committed positions through the runner in one entry (after
+// prepare_append) and returns every position's logits.   [tokens][vocab]
+std::vector<float> run_entry(hllm::BatchRunner<>& runner, KVBlockTable& table,
+                             std::span<const std::int32_t> tokens, hllm::AnyPagedKVStorage& storage,
+                             KVBlockAllocator& allocator) {
+  const auto copy = [&](hllm::BlockId from, hllm::BlockId to) { storage.copy_block(from, to); };
+  EXPECT_TRUE(table.prepare_append(allocator, tokens.size(), copy));
+  const BatchEntry entry{&table, tokens, Logits::all};
+  const auto logits = runner.forward(std::span(&entry, 1), storage, allocator);
+  return {logits.begin(), logits.end()};
+}
+
+// A sequence whose prompt starts with published blocks takes them by reference and prefills
+// only the rest: its logits are the bits of computing everything, and the prefix's keys and
+// values are stored once. A fork shares every block; each sibling's first write copies the
+// shared block (copy-on-write), and neither sibling's logits change the other's.
+TEST(BatchedForward, PrefixReuseAndForksGiveTheComputedLogits) {
+  const hllm::ModelConfig c = batch_config();
+  std::vector<std::vector<std::byte>> bytes;
+  const hllm::Llama<> model(c, hllm::test::typed_weights(c, hllm::DType::q8_0, 41, bytes));
+  const std::size_t vocab = model.vocab_size();
+  std::mt19937 rng(5);
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    hllm::BatchRunner<> runner(model, {.max_tokens = 64, .threads = 2, .isa = isa});
+    KVBlockAllocator allocator(32, hllm::kDefaultBlockTokens);
+    hllm::AnyPagedKVStorage storage(KVType::f16, 32, hllm::kDefaultBlockTokens, 2, 2, 32);
+    // 40 shared tokens (two full blocks and half a third), then each prompt's own.
+    const auto shared = random_tokens(40, rng);
+    auto first_prompt = shared, second_prompt = shared;
+    for (std::int32_t t : random_tokens(9, rng)) first_prompt.push_back(t);
+    for (std::int32_t t : random_tokens(5, rng)) second_prompt.push_back(t);
+    const auto second_reference = session_logits(model, second_prompt, isa, KVType::f16, 2);
+
+    KVBlockTable first(hllm::kDefaultBlockTokens), second(hllm::kDefaultBlockTokens);
+    run_entry(runner, first, first_prompt, storage, allocator);
+    EXPECT_EQ(first.publish_full_blocks(allocator, first_prompt), 3u);
+    const std::size_t referenced = allocator.n_referenced();
+    const std::size_t reused = second.reuse_prefix(allocator, second_prompt);
+    ASSERT_EQ(reused, 32u);  // two full shared blocks; the third differs after 40 tokens
+    const auto rest = std::span(second_prompt).subspan(reused);
+    const auto logits = run_entry(runner, second, rest, storage, allocator);
+    EXPECT_EQ(0, std::memcmp(logits.data(), second_reference.data() + reused * vocab,
+                             logits.size() * sizeof(float)));
+    // The shared prefix is stored once: the second sequence added only the block of its own
+    // positions 32..44.
+    EXPECT_EQ(allocator.n_referenced(), referenced + 1);
+    allocator.check_invariants();
+
+    // Fork the first sequence and let each sibling decode its own token.
+    KVBlockTable sibling = first.fork(allocator);
+    const std::int32_t own[2] = {7, 123};
+    std::vector<std::vector<float>> branch_logits;
+    for (std::size_t b = 0; b < 2; ++b) {
+      KVBlockTable& table = b == 0 ? first : sibling;
+      branch_logits.push_back(run_entry(runner, table, std::span(&own[b], 1), storage, allocator));
+    }
+    for (std::size_t b = 0; b < 2; ++b) {
+      auto tokens = first_prompt;
+      tokens.push_back(own[b]);
+      const auto reference = session_logits(model, tokens, isa, KVType::f16, 2);
+      EXPECT_EQ(0,
+                std::memcmp(branch_logits[b].data(), reference.data() + first_prompt.size() * vocab,
+                            vocab * sizeof(float)))
+          << "branch " << b;
+    }
+    EXPECT_NE(first.blocks().back(), sibling.blocks().back());  // the shared last block was copied
+    for (KVBlockTable* t : {&first, &second, &sibling}) t->release_all(allocator);
+    EXPECT_EQ(allocator.n_referenced(), 0u);
+    allocator.check_invariants();
+  }
+}
+
+// A malformed batch is refused before anything runs: no table advances.
+TEST(BatchedForward, RefusesMalformedBatchesAndChangesNothing) {
+  const hllm::ModelConfig c = batch_config();
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 3));
+  hllm::BatchRunner<> runner(model, {.max_tokens = 8, .threads = 1});
+  KVBlockAllocator allocator(8, hllm::kDefaultBlockTokens);
+  hllm::AnyPagedKVStorage storage(KVType::f32, 8, hllm::kDefaultBlockTokens, 2, 2, 32);
+  const auto no_copy = [](hllm::BlockId, hllm::BlockId) {};
+  KVBlockTable a(hllm::kDefaultBlockTokens), b(hllm::kDefaultBlockTokens);
+  ASSERT_TRUE(a.prepare_append(allocator, 4, no_copy));
+  const std::int32_t tokens[4] = {1, 2, 3, 4}, bad[1] = {300};
+  const auto refused = [&](std::vector<BatchEntry> entries, ErrorKind kind, const char* message) {
+    hllm::test::expect_error([&] { runner.forward(entries, storage, allocator); }, kind, "", "",
+                             std::nullopt, message);
+    EXPECT_EQ(a.length(), 0u);
+    EXPECT_EQ(b.length(), 0u);
+  };
+  using hllm::ErrorKind;
+  refused({}, ErrorKind::invalid_argument, "no entries");
+  refused({{&a, tokens}, {&a, tokens}}, ErrorKind::invalid_argument, "one entry per sequence");
+  refused({{&a, bad}}, ErrorKind::out_of_range, "outside the vocabulary");
+  refused({{&b, tokens}}, ErrorKind::invalid_argument, "lacks room");
+  ASSERT_TRUE(b.prepare_append(allocator, 4, no_copy));
+  const std::int32_t many[5] = {1, 2, 3, 4, 5};
+  refused({{&a, tokens}, {&b, many}}, ErrorKind::capacity, "max_tokens");
+  // A block shared with a fork may not be written before prepare_append copies it.
+  KVBlockTable fork = a.fork(allocator);
+  refused({{&a, tokens}}, ErrorKind::invalid_argument, "shares a block");
+  fork.release_all(allocator);
+  hllm::AnyPagedKVStorage other(KVType::f32, 8, hllm::kDefaultBlockTokens, 2, 2, 64);
+  hllm::test::expect_error(
+      [&] {
+        runner.forward(std::vector<BatchEntry>{{&a, tokens}}, other, allocator);
+      },
+      ErrorKind::invalid_argument, "", "", std::nullopt, "does not fit");
+  EXPECT_NO_THROW(
+      runner.forward(std::vector<BatchEntry>{{&a, tokens}, {&b, tokens}}, storage, allocator));
+  EXPECT_EQ(a.length(), 4u);
+  EXPECT_EQ(b.length(), 4u);
 }
 
 }  // namespace
