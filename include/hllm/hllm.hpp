@@ -47,6 +47,7 @@
 #include "hllm/nn/rms_norm.hpp"
 #include "hllm/nn/rope.hpp"
 #include "hllm/nn/swiglu.hpp"
+#include "hllm/serve/engine.hpp"
 #include "hllm/simd/cpu_features.hpp"
 #include "hllm/simd/isa.hpp"
 #include "hllm/tokenizer/streaming_decoder.hpp"
