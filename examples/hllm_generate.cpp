@@ -6,6 +6,7 @@
 //                 [-i | -cnv [--chat-template NAME|FILE]] [--log-disable] [--json] [--isa ISA]
 //                 [--synthetic PRESET]
 //                 [--check-finite] [--kv-type f32|f16|bf16|q8_0] [--pre-tokenizer NAME]
+//                 [-np N]
 //
 // Flags follow llama.cpp's spelling and meaning (--help lists them). Without -m it runs the
 // bundled model (models/), if this checkout has it; --synthetic runs random weights of a
@@ -14,15 +15,19 @@
 // of text, after -n tokens (-1: no limit) or when the context is full; the statistics follow on
 // stderr in every case (--json: as one JSON object). -i reads more text from stdin after each
 // reply and continues the same sequence; -cnv chats in the model's chat format instead, as
-// hllm-chat does, with the prompt (if given) as the system message.
+// hllm-chat does, with the prompt (if given) as the system message. -np N generates N sequences
+// of the same prompt at once, with seeds seed, seed + 1, ..., through the continuous-batching
+// engine (serve/engine.hpp): every weight is read once per step for all N.
 
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -59,6 +64,7 @@ struct Options {
   std::size_t threads = 0;
   std::size_t context = hllm::cli::kContextNotGiven;
   std::size_t batch = 64;
+  std::size_t parallel = 1;  // -np
   std::optional<hllm::Isa> isa;
   hllm::KVType kv_type = hllm::KVType::f32;
   bool check_finite = false;
@@ -86,6 +92,9 @@ Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
   cli.context(o.context, hllm::kMaxContext);
   cli.number_in<std::size_t>("-b,--batch-size", o.batch, 1, 65536, "a number of tokens",
                              "Tokens per forward pass while reading the prompt");
+  cli.number_in<std::size_t>("--parallel", o.parallel, 1, 256, "a number of sequences",
+                             "(also -np) Generate this many sequences of the prompt at once, "
+                             "with seeds -s, -s + 1, ... (the continuous-batching engine)");
   cli.sampling(o.sampler);
   cli.flag("--ignore-eos", o.ignore_eos, "Do not stop at the end-of-text token");
   cli.flag("--color", o.color, "Show the prompt in colour");
@@ -108,6 +117,8 @@ Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
   cli.parse(argc, argv);
 
   o.prompt_given = prompt->count() > 0;
+  if (o.parallel > 1 && (o.interactive || o.conversation))
+    cli.fail("-np runs independent sequences of one prompt: not with -i or -cnv");
   if (o.prompt_given && file->count() > 0) cli.fail("give -p PROMPT or -f FILE, not both");
   if (!o.model_path.empty() && !o.synthetic.empty()) cli.fail("give -m or --synthetic, not both");
   if (o.model_path.empty() && o.synthetic.empty()) {
@@ -145,6 +156,97 @@ const char* stop_words(hllm::StopReason r) {
     case hllm::StopReason::cancelled: return "cancelled";
     default: return "-n tokens generated";
   }
+}
+
+// -np N: N sequences of `prompt` through the engine, each with its own seed; their texts are
+// printed one after another once all are done, then the totals.
+int run_parallel(const Options& options, const hllm::Llama<>& model,
+                 const hllm::Tokenizer* tokenizer, const std::vector<std::int32_t>& prompt,
+                 const std::string& prompt_text, std::size_t context,
+                 const hllm::SamplerParams& sampler, double load_seconds,
+                 const std::function<void(const char*)>& log) {
+  // KV memory for what the sequences can hold: prompt and -n tokens each (the whole context
+  // with -n -1), plus a block of slack each.
+  const std::size_t per_sequence =
+      options.n_predict < 0 ? context
+                            : std::min(context, prompt.size() + std::size_t(options.n_predict) + 1);
+  hllm::Engine<> engine(model,
+                        {.kv_type = options.kv_type,
+                         .kv_tokens = options.parallel * (per_sequence + hllm::kDefaultBlockTokens),
+                         .context = context,
+                         .max_step_tokens = std::max(options.batch, options.parallel),
+                         .max_sequences = options.parallel,
+                         .threads = options.threads,
+                         .isa = options.isa});
+  std::vector<hllm::Completion> done(options.parallel);
+  std::vector<double> first_token_at(options.parallel, -1);
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < options.parallel; ++i) {
+    hllm::Request r;
+    r.prompt = prompt;
+    r.sampler = sampler;
+    r.sampler.seed = sampler.seed + i;
+    r.generate.max_tokens = options.n_predict;
+    if (tokenizer && tokenizer->eos() >= 0 && !options.ignore_eos)
+      r.generate.eos = tokenizer->eos();
+    r.on_token = [&, i](hllm::RequestId, std::int32_t) {
+      if (first_token_at[i] < 0) first_token_at[i] = seconds_since(start);
+      return true;
+    };
+    r.on_done = [&done, i](const hllm::Completion& c) { done[i] = c; };
+    engine.submit(std::move(r));
+  }
+  engine.run_until_idle();
+  const double total = seconds_since(start);
+
+  std::size_t generated = 0;
+  double prompt_seconds = 0;
+  for (std::size_t i = 0; i < options.parallel; ++i) {
+    const hllm::Completion& c = done[i];
+    generated += c.tokens.size();
+    prompt_seconds = std::max(prompt_seconds, first_token_at[i] < 0 ? total : first_token_at[i]);
+    std::printf("--- sequence %zu (seed %llu, stopped: %s) ---\n", i + 1,
+                static_cast<unsigned long long>(sampler.seed + i), stop_words(c.reason));
+    if (tokenizer) {
+      hllm::StreamingDecoder stream(*tokenizer);
+      for (std::int32_t id : prompt) stream.push(id);
+      std::string text = options.no_display_prompt ? "" : prompt_text;
+      for (std::int32_t id : c.tokens) text += stream.push(id);
+      std::printf("%s%s\n\n", text.c_str(), stream.flush().c_str());
+    } else {
+      for (std::int32_t id : c.tokens) std::printf(" %d", id);
+      std::printf("\n\n");
+    }
+  }
+  std::fflush(stdout);
+  const hllm::EngineStats stats = engine.stats();
+  const double gen_seconds = total - prompt_seconds;
+  const double gen_rate = gen_seconds > 0 ? double(generated) / gen_seconds : 0;
+  if (options.json) {
+    std::fprintf(stderr,
+                 "{\"load_s\": %.3f, \"parallel\": %zu, \"prompt_tokens\": %zu, "
+                 "\"prompt_s\": %.3f, \"generated_tokens\": %zu, \"generation_s\": %.3f, "
+                 "\"generation_tokens_per_s\": %.2f, \"steps\": %zu, \"kv_bytes\": %zu, "
+                 "\"seed\": %llu, \"kv_type\": \"%s\"}\n",
+                 load_seconds, options.parallel, prompt.size(), prompt_seconds, generated,
+                 gen_seconds, gen_rate, stats.steps, stats.kv_blocks * stats.kv_block_bytes,
+                 static_cast<unsigned long long>(sampler.seed), hllm::to_string(options.kv_type));
+    return 0;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "load time: %.3f s\n", load_seconds);
+  log(line);
+  std::snprintf(line, sizeof line, "parallel: %zu sequences of a %zu-token prompt, %zu steps\n",
+                options.parallel, prompt.size(), stats.steps);
+  log(line);
+  std::snprintf(line, sizeof line, "generated: %zu tokens in all, %.1f tokens/s together\n",
+                generated, gen_rate);
+  log(line);
+  std::snprintf(line, sizeof line, "kv cache: %.1f MiB (%s, %zu blocks of %zu tokens)\n",
+                double(stats.kv_blocks * stats.kv_block_bytes) / (1024.0 * 1024.0),
+                hllm::to_string(options.kv_type), stats.kv_blocks, hllm::kDefaultBlockTokens);
+  log(line);
+  return 0;
 }
 
 }  // namespace
@@ -226,6 +328,9 @@ int main(int argc, char** argv) {
                    prompt.size(), session.context());
       return 1;
     }
+    if (options.parallel > 1)
+      return run_parallel(options, model, tokenizer.get(), prompt, prompt_text, session.context(),
+                          sampler_params, load_seconds, [&](const char* text) { log("%s", text); });
     hllm::GenerateOptions generate_options{.max_tokens = options.n_predict};
     std::optional<hllm::StreamingDecoder> stream;
     const bool show_prompt = !options.no_display_prompt;

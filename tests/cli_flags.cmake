@@ -136,6 +136,14 @@ hllm_cli_case(generate_context_and_kv_type 0 "-"
 hllm_cli_case(generate_bad_kv_type 2 "EMPTY"
   "^hllm-generate: --kv-type must be f32, f16, bf16 or q8_0, got 'q4_0'"
   - ${gen} --kv-type q4_0)
+# -np N: N sequences of the prompt through the engine, seeds -s, -s + 1, ...; not with -i/-cnv.
+hllm_cli_case(generate_parallel 0
+  "^--- sequence 1 \\(seed 42, .*--- sequence 2 \\(seed 43, .*--- sequence 3 \\(seed 44, "
+  "parallel: 3 sequences of a 5-token prompt.*generated: 12 tokens in all"
+  - ${gen} -np 3 -n 4 -t 2)
+hllm_cli_case(generate_parallel_not_interactive 2 "EMPTY"
+  "^hllm-generate: -np runs independent sequences of one prompt: not with -i or -cnv"
+  - ${gen} --parallel 2 -i)
 # hllm-tokenize: -p TEXT, and stdin when no input is named.
 hllm_cli_case(tokenize_prompt 0 "^1 1040 261 1801 1247.$"
   "EMPTY"
