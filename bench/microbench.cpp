@@ -240,6 +240,43 @@ void quant_matmul_shapes(benchmark::internal::Benchmark* b) {
   }
   b->ArgNames({"isa", "rows", "cols", "n"})->Unit(benchmark::kMillisecond);
 }
+// Small batches (the batched decode of several sequences): one 5632 × 2048 matrix at 1 to 32
+// tokens. Each weight is read once per call, so the time per call should grow far slower than
+// the tokens (issue target: 8 tokens within 1.5× one).
+void small_batch_shapes(benchmark::internal::Benchmark* b) {
+  for (int isa : {1, 2})
+    for (int n : {1, 2, 4, 8, 16, 32}) b->Args({isa, 5632, 2048, n});
+  b->ArgNames({"isa", "rows", "cols", "n"})->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0>)
+    ->Name("BM_SmallBatch<q8_0>")
+    ->Apply(small_batch_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0>)
+    ->Name("BM_SmallBatch<q4_0>")
+    ->Apply(small_batch_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k>)
+    ->Name("BM_SmallBatch<q4_k>")
+    ->Apply(small_batch_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k>)
+    ->Name("BM_SmallBatch<q6_k>")
+    ->Apply(small_batch_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0_x16>)
+    ->Name("BM_SmallBatch<q8_0_x16>")
+    ->Apply(small_batch_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0_x16>)
+    ->Name("BM_SmallBatch<q4_0_x16>")
+    ->Apply(small_batch_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k_x16>)
+    ->Name("BM_SmallBatch<q4_k_x16>")
+    ->Apply(small_batch_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q6_k_x16>)
+    ->Name("BM_SmallBatch<q6_k_x16>")
+    ->Apply(small_batch_shapes);
+BENCHMARK(BM_MatmulFloatPanels<hllm::f16>)
+    ->Name("BM_SmallBatch<f16_x16>")
+    ->Apply(small_batch_shapes);
+BENCHMARK(BM_Matmul<hllm::f16>)->Name("BM_SmallBatch<f16>")->Apply(small_batch_shapes);
+
 BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0_x8>)->Apply(quant_matmul_shapes);

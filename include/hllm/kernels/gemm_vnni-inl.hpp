@@ -28,7 +28,7 @@
 inline constexpr std::size_t kPanelRows = 16;    // one zmm lane per row
 inline constexpr std::size_t kPanelBlocks = 32;  // K-chunk: 1024 weights per row per panel
 inline constexpr std::size_t kTokenChunk = 256;  // activations of one chunk stay in L2
-inline constexpr std::size_t kPackedMinTokens = 8;
+inline constexpr std::size_t kPackedMinTokens = 4;
 
 // One 32-weight slice of 16 rows: values[k] lane r = row r's weights 4k..4k+3 (unsigned).
 struct alignas(64) PanelBlock {

@@ -110,7 +110,7 @@ inline __m512 load_panel_column(const f16* p) {
 // x[first .. first + count) of one xpanel group: with two panels each broadcast feeds two FMAs
 // (one load per 1.6 FMAs instead of one per FMA with one panel and 16 tokens); one panel takes
 // the odd group at the end of a row range, every output summed in the same order either way:
-// column after column, one FMA each, as the panels' decode (float_x16_token) sums it.
+// column after column, one FMA each, as the panels' decode (float_x16_tile) sums it.
 // accumulate: add to y (a later column chunk continues the sum in the same order).
 //   panels[p]: [n][16]
 template <std::size_t kPanels>
@@ -225,21 +225,20 @@ template <class W>
 inline void matmul_row_tiles(const W* w_rows, std::size_t rows, std::size_t cols, const float* x,
                              std::size_t n_tokens, float* y, std::size_t row_begin,
                              std::size_t row_end) {
-  constexpr std::size_t kRows = 4, kTokens = 4;
+  constexpr std::size_t kRows = 4, kRowBlock = 16;
   const auto row = [&](std::size_t r) { return w_rows + (r - row_begin) * cols; };
-  std::size_t t = 0;
-  for (; t + kTokens <= n_tokens; t += kTokens) {
-    std::size_t r = row_begin;
-    for (; r + kRows <= row_end; r += kRows)
-      matmul_tile<kRows, kTokens>(row(r), cols, x + t * cols, y + t * rows + r, rows);
-    for (; r < row_end; ++r)
-      matmul_tile<1, kTokens>(row(r), cols, x + t * cols, y + t * rows + r, rows);
+  // Blocks of kRowBlock rows, each block's weights read from memory once and from cache by every
+  // token tile after the first; in a block, 4 rows at a time, then the rows left one at a time.
+  for (std::size_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
+    const std::size_t r1 = std::min(row_end, r0 + kRowBlock);
+    for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
+      constexpr std::size_t k = k_tokens();
+      std::size_t r = r0;
+      for (; r + kRows <= r1; r += kRows)
+        matmul_tile<kRows, k>(row(r), cols, x + t * cols, y + t * rows + r, rows);
+      for (; r < r1; ++r) matmul_tile<1, k>(row(r), cols, x + t * cols, y + t * rows + r, rows);
+    });
   }
-  // Remaining tokens one at a time (decode is this loop alone), one weight row at a time: a
-  // single sequential stream reads memory fastest (see matmul_quant).
-  for (; t < n_tokens; ++t)
-    for (std::size_t r = row_begin; r < row_end; ++r)
-      matmul_tile<1, 1>(row(r), cols, x + t * cols, y + t * rows + r, rows);
 }
 
 // w: [rows][cols], x: [n_tokens][cols], y: [n_tokens][rows]; computes rows [row_begin, row_end).
@@ -259,25 +258,29 @@ inline void matmul_float(const W* w, std::size_t rows, std::size_t cols, const f
 // 16 rows (two AVX2 registers, 16 scalars), for decode and prefill alike. AVX-512 prefill (8
 // tokens or more) runs the packed GEMM on the panels in place, which sums in that same order, so
 // the kernel is batch invariant.
-//   out: [kGroups · 16] outputs of kGroups consecutive groups from `first` for one token
-template <std::size_t kGroups, class P>
-inline void float_x16_token(const P* first, std::size_t cols, const float* x, float* out) {
+//   y: [kTokens][rows] outputs (rows y_stride apart) of kGroups consecutive groups from `first`
+//   for kTokens tokens x: [kTokens][cols]; each column's weights are loaded once for the tokens
+template <std::size_t kGroups, std::size_t kTokens, class P>
+inline void float_x16_tile(const P* first, std::size_t cols, const float* x, float* y,
+                           std::size_t y_stride) {
   using V = VecF32;
   constexpr std::size_t kParts = kFloatPanelRows / V::lanes;
   const std::size_t group = float_x16_group_elements(cols);
-  typename V::Reg acc[kGroups][kParts];
-  _Pragma("GCC unroll 4") for (auto& g : acc) _Pragma("GCC unroll 16") for (auto& a : g) a =
-      V::zero();
+  typename V::Reg acc[kGroups][kParts][kTokens];
+  _Pragma("GCC unroll 2") for (auto& g : acc) _Pragma("GCC unroll 16") for (auto& part : g)
+      _Pragma("GCC unroll 4") for (auto& a : part) a = V::zero();
   for (std::size_t c = 0; c < cols; ++c) {
-    const typename V::Reg xc = V::set1(x[c]);
-    _Pragma("GCC unroll 4") for (std::size_t g = 0; g < kGroups; ++g)
-        _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part) acc[g][part] =
-            V::fma(V::load(first + g * group + c * kFloatPanelRows + part * V::lanes), xc,
-                   acc[g][part]);
+    _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
+        _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part) {
+      const typename V::Reg w = V::load(first + g * group + c * kFloatPanelRows + part * V::lanes);
+      _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) acc[g][part][t] =
+          V::fma(w, V::set1(x[t * cols + c]), acc[g][part][t]);
+    }
   }
-  _Pragma("GCC unroll 4") for (std::size_t g = 0; g < kGroups; ++g)
+  _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
       _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part)
-          V::store(out + g * kFloatPanelRows + part * V::lanes, acc[g][part]);
+          _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t)
+              V::store(y + t * y_stride + g * kFloatPanelRows + part * V::lanes, acc[g][part][t]);
 }
 
 // w: [rows/16][cols][16] panels, x: [n_tokens][cols], y: [n_tokens][rows]; rows
@@ -293,7 +296,7 @@ inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t 
   const auto cut_group = [&](std::size_t g, std::size_t lo, std::size_t hi) {
     alignas(64) float out[kFloatPanelRows];
     for (std::size_t t = 0; t < n_tokens; ++t) {
-      float_x16_token<1>(panels + g * group, cols, x + t * cols, out);
+      float_x16_tile<1, 1>(panels + g * group, cols, x + t * cols, out, 0);
       for (std::size_t r = lo; r < hi; ++r) y[t * rows + r] = out[r % kFloatPanelRows];
     }
   };
@@ -305,15 +308,20 @@ inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t 
     } else
 #endif
     {
-      // Four groups at a time: four independent FMA chains per token, the groups' panels read
-      // from cache by every token after the first.
+      // Decode and small batches: two groups at a time on AVX-512 (one elsewhere), up to four
+      // tokens per column load; every token of the batch before the next groups, whose panels
+      // are then read from memory once.
+      constexpr std::size_t kGroups = VecF32::lanes == kFloatPanelRows ? 2 : 1;
       std::size_t r = first;
-      for (; r + 64 <= last; r += 64)
-        for (std::size_t t = 0; t < n_tokens; ++t)
-          float_x16_token<4>(panels + r / 16 * group, cols, x + t * cols, y + t * rows + r);
-      for (; r < last; r += 16)
-        for (std::size_t t = 0; t < n_tokens; ++t)
-          float_x16_token<1>(panels + r / 16 * group, cols, x + t * cols, y + t * rows + r);
+      const auto groups_for = [&](auto k_groups, std::size_t r0) {
+        for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
+          float_x16_tile<k_groups(), k_tokens()>(panels + r0 / 16 * group, cols, x + t * cols,
+                                                 y + t * rows + r0, rows);
+        });
+      };
+      for (; r + 16 * kGroups <= last; r += 16 * kGroups)
+        groups_for(std::integral_constant<std::size_t, kGroups>{}, r);
+      for (; r < last; r += 16) groups_for(std::integral_constant<std::size_t, 1>{}, r);
     }
   }
   if (last < row_end && row_end > first) cut_group(last / 16, last, row_end);

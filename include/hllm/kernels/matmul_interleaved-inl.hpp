@@ -491,11 +491,12 @@ inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, 
       gemm_packed<Block>(Interleaved16Panels<Block>{w, units}, rows, blocks, x, n_tokens, y,
                          row_begin, groups);
     } else {
-      for (std::size_t t = 0; t < n_tokens; ++t)
-        for (std::size_t g = 0; g < groups; ++g) {
-          const std::size_t r = row_begin + 16 * g;
+      // Group by group, every token: a group's panel is read from memory once.
+      for (std::size_t g = 0; g < groups; ++g) {
+        const std::size_t r = row_begin + 16 * g;
+        for (std::size_t t = 0; t < n_tokens; ++t)
           decode_group16(w + (r / 16) * units, x + t * blocks, units, y + t * rows + r);
-        }
+      }
     }
     row_begin += 16 * groups;
   }

@@ -213,23 +213,29 @@ inline void matmul_kquant(const void* weights, std::size_t rows, std::size_t col
   const std::size_t supers = cols / kQK_K, blocks = cols / 32;
   // Every token count on the row kernels, token by token: batch invariant. (The packed GEMM sums
   // in another order; it runs on the 16-row panels a load repacks K-quants into on VNNI CPUs.)
-  for (std::size_t t = 0; t < n_tokens; ++t) {
+  // Blocks of kRowBlock rows, each block's weights read from memory once and from L1 by every
+  // token after the first.
+  constexpr std::size_t kRowBlock = 16;
+  for (std::size_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
+    const std::size_t r1 = std::min(row_end, r0 + kRowBlock);
+    for (std::size_t t = 0; t < n_tokens; ++t) {
 #if HLLM_ISA_LEVEL == 2
-    if constexpr (!std::is_same_v<Block, BlockQ6_K>) {
-      if (blocks <= kDecodeMaxBlocks) {
-        float xd[kDecodeMaxBlocks], xds[kDecodeMaxBlocks];
-        for (std::size_t b = 0; b < blocks; ++b) {
-          xd[b] = x[t * blocks + b].d;
-          xds[b] = x[t * blocks + b].d_sum;
+      if constexpr (!std::is_same_v<Block, BlockQ6_K>) {
+        if (blocks <= kDecodeMaxBlocks) {
+          float xd[kDecodeMaxBlocks], xds[kDecodeMaxBlocks];
+          for (std::size_t b = 0; b < blocks; ++b) {
+            xd[b] = x[t * blocks + b].d;
+            xds[b] = x[t * blocks + b].d_sum;
+          }
+          for (std::size_t r = r0; r < r1; ++r)
+            y[t * rows + r] = kquant_row8(w + r * supers, x + t * blocks, supers, xd, xds);
+          continue;
         }
-        for (std::size_t r = row_begin; r < row_end; ++r)
-          y[t * rows + r] = kquant_row8(w + r * supers, x + t * blocks, supers, xd, xds);
-        continue;
       }
-    }
 #endif
-    for (std::size_t r = row_begin; r < row_end; ++r)
-      y[t * rows + r] = kquant_row(w + r * supers, x + t * blocks, supers);
+      for (std::size_t r = r0; r < r1; ++r)
+        y[t * rows + r] = kquant_row(w + r * supers, x + t * blocks, supers);
+    }
   }
 }
 inline void matmul_q4_k(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,

@@ -187,25 +187,29 @@ template <class Block>
 inline void matmul_quant(const Block* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
                          std::size_t n_tokens, float* y, std::size_t row_begin,
                          std::size_t row_end) {
-  constexpr std::size_t kRows = 4;
+  constexpr std::size_t kRows = 4, kRowBlock = 16;
   const std::size_t blocks = cols / 32;
-  // Tokens [t, t + k) for every row: 4 rows at a time, then the rows left one at a time. Every
-  // weight row is read once for the k tokens.
-  const auto rows_for = [&](auto k_tokens, std::size_t t) {
+  // Tokens [t, t + k) for rows [r0, r1): 4 rows at a time, then the rows left one at a time.
+  const auto rows_for = [&](auto k_tokens, std::size_t t, std::size_t r0, std::size_t r1) {
     constexpr std::size_t k = k_tokens();
-    std::size_t r = row_begin;
-    for (; r + kRows <= row_end; r += kRows)
+    std::size_t r = r0;
+    for (; r + kRows <= r1; r += kRows)
       quant_tile<kRows, k>(w + r * blocks, x + t * blocks, blocks, y + t * rows + r, rows);
-    for (; r < row_end; ++r)
+    for (; r < r1; ++r)
       quant_tile<1, k>(w + r * blocks, x + t * blocks, blocks, y + t * rows + r, rows);
   };
-  std::size_t t = 0;
-  for (; t + 4 <= n_tokens; t += 4) rows_for(std::integral_constant<std::size_t, 4>{}, t);
-  switch (n_tokens - t) {
-    case 3: return rows_for(std::integral_constant<std::size_t, 3>{}, t);
-    case 2: return rows_for(std::integral_constant<std::size_t, 2>{}, t);
-    case 1: return rows_for(std::integral_constant<std::size_t, 1>{}, t);
-    default: return;
+  // Blocks of kRowBlock rows, each block's weights read from memory once and from L1 by every
+  // token tile after the first.
+  for (std::size_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
+    const std::size_t r1 = std::min(row_end, r0 + kRowBlock);
+    std::size_t t = 0;
+    for (; t + 4 <= n_tokens; t += 4) rows_for(std::integral_constant<std::size_t, 4>{}, t, r0, r1);
+    switch (n_tokens - t) {
+      case 3: rows_for(std::integral_constant<std::size_t, 3>{}, t, r0, r1); break;
+      case 2: rows_for(std::integral_constant<std::size_t, 2>{}, t, r0, r1); break;
+      case 1: rows_for(std::integral_constant<std::size_t, 1>{}, t, r0, r1); break;
+      default: break;
+    }
   }
 }
 

@@ -19,9 +19,11 @@ namespace hllm::kernels {
 // columns in float32 (kernels/matmul_float-inl.hpp), of kBf16TokenChunk tokens × kBf16PanelPairs
 // column pairs as bf16 pairs (kernels/gemm_bf16-inl.hpp). A chunk's panel stays in L2; 512
 // tokens rather than 256 pack each weight panel half as often (docs/performance.md).
-inline constexpr std::size_t kFloatPanelCols =
-    256;  // rows: kFloatPanelRows (core/float_panels.hpp)
-inline constexpr std::size_t kFloatTokenChunk = 512, kFloatPackedMinTokens = 8;
+// The FP32 GEMM's panels are kFloatPanelRows (core/float_panels.hpp) × kFloatPanelCols; it runs
+// from kFloatPackedMinTokens tokens, under which the panels' own token tiles are faster
+// (BM_SmallBatch<f16_x16>: flat to 4 tokens, the GEMM ahead only from about 32).
+inline constexpr std::size_t kFloatPanelCols = 256;
+inline constexpr std::size_t kFloatTokenChunk = 512, kFloatPackedMinTokens = 32;
 inline constexpr std::size_t kBf16PanelPairs = 128;  // 256 columns per panel, 8 KiB
 inline constexpr std::size_t kBf16TokenChunk = 512, kBf16PackedMinTokens = 8;
 
