@@ -12,7 +12,7 @@ set(chat $<TARGET_FILE:hllm-chat>)
 set(tok $<TARGET_FILE:hllm-tokenize>)
 
 foreach(program hllm-generate hllm-chat hllm-perplexity hllm-tokenize hllm-info hllm-logits
-                hllm-convert hllm-bench)
+                hllm-convert hllm-bench hllm-batched-bench)
   add_test(NAME ${program}_help COMMAND sh ${HLLM_RUN} 0 "Usage: ${program} .*--version" EMPTY -
     $<TARGET_FILE:${program}> --help)
   add_test(NAME ${program}_version COMMAND sh ${HLLM_RUN} 0
@@ -144,6 +144,17 @@ hllm_cli_case(generate_parallel 0
 hllm_cli_case(generate_parallel_not_interactive 2 "EMPTY"
   "^hllm-generate: -np runs independent sequences of one prompt: not with -i or -cnv"
   - ${gen} --parallel 2 -i)
+# hllm-batched-bench: one JSON object per configuration; -pps shares the prompt's blocks.
+hllm_cli_case(batched_bench_json 0
+  "^\\{\"model\": \"tiny \\(synthetic\\)\", .*\"npp\": 32, \"ntg\": 4, \"npl\": 1, .*\"tg_tokens_per_s\": [0-9.]+, .*\\}.\\{.*\"npl\": 3, .*\"kv_bytes\": [1-9][0-9]*, \"shared_prompt\": false"
+  "EMPTY"
+  - $<TARGET_FILE:hllm-batched-bench> --preset tiny -npp 32 -ntg 4 -npl 1,3 -o json --log-disable -t 2)
+hllm_cli_case(batched_bench_shared_prompt 0 "^model: tiny .*shared prompt.*\\| 32 \\| 4 \\| 4 \\| 144 \\|"
+  "EMPTY"
+  - $<TARGET_FILE:hllm-batched-bench> --preset tiny -npp 32 -ntg 4 -npl 4 -pps --log-disable -t 2)
+hllm_cli_case(batched_bench_bad_list 2 "EMPTY"
+  "^hllm-batched-bench: -npl must be a comma-separated list of numbers from 1 to 65536, got '1,x'"
+  - $<TARGET_FILE:hllm-batched-bench> --preset tiny -npl 1,x)
 # hllm-tokenize: -p TEXT, and stdin when no input is named.
 hllm_cli_case(tokenize_prompt 0 "^1 1040 261 1801 1247.$"
   "EMPTY"

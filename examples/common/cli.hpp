@@ -316,13 +316,15 @@ class Parser {
   }
 
   // Parses the command line, or exits: 0 after --help or --version, 2 after a bad flag or value.
-  // llama.cpp's multi-letter short flags (-cnv, -np) are accepted as their long forms.
+  // llama.cpp's multi-letter short flags (-cnv, -np, -npp, -ntg, -npl, -pps) are accepted as
+  // their long forms.
   void parse(int argc, char** argv) {
     std::vector<std::string> args;
     for (int i = argc - 1; i >= 1; --i) {
       std::string a = argv[i];
       if (a == "-cnv") a = "--conversation";
       if (a == "-np") a = "--parallel";
+      if (a == "-npp" || a == "-ntg" || a == "-npl" || a == "-pps") a = "-" + a;
       args.push_back(std::move(a));
     }
     try {
