@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bench_model.hpp"
 #include "common/cli.hpp"
 #include "common/progress.hpp"
 #include "common/synthetic.hpp"
@@ -202,38 +203,19 @@ int main(int argc, char** argv) {
              npls = parse_list(o.npl, "-npl", cli);
 
   try {
-    hllm::ModelConfig config;
-    hllm::ModelWeights weights;
-    std::string model_name;
-    const hllm::Isa run_isa = o.isa.value_or(hllm::kernels::active().isa);
-    const hllm::RepackPlan plan =
-        hllm::repack_plan(hllm::Repack::automatic, hllm::kernels::table_for(run_isa));
-    if (!o.model_path.empty()) {
-      hllm::GgufModel loaded = hllm::load_gguf_model(o.model_path, {.repack = hllm::Repack::never});
-      config = loaded.config;
-      weights = std::move(loaded.weights);
-      hllm::repack_weights(weights, plan, loaded.file->is_mapped(),
-                           hllm::examples::load_progress(!o.log_disable));
-      model_name = o.model_path;
-    } else {
-      hllm::DType type = hllm::DType::f32;
-      try {
-        type = hllm::parse_dtype(o.type);
-      } catch (const hllm::Error& e) {
-        cli.fail(e.message());
-      }
-      config = hllm::examples::synthetic_config(o.preset);
-      weights = hllm::examples::synthetic_weights(config, type, 1);
-      hllm::repack_weights(weights,
-                           {.interleave = plan.interleave,
-                            .bf16_panels = plan.bf16_panels,
-                            .float_panels = plan.float_panels},
-                           false);
-      model_name = o.preset + " (synthetic)";
+    hllm::DType type = hllm::DType::f32;
+    try {
+      if (o.model_path.empty()) type = hllm::parse_dtype(o.type);
+    } catch (const hllm::Error& e) {
+      cli.fail(e.message());
     }
-    const std::string type_name =
-        hllm::dtype_name(hllm::file_type_of(weights.layers.at(0).wq.type));
-    const hllm::Llama<> model(config, std::move(weights));
+    hllm::examples::BenchModel m = hllm::examples::load_bench_model(
+        o.model_path, o.preset, type, o.isa.value_or(hllm::kernels::active().isa),
+        hllm::Repack::automatic, !o.log_disable);
+    const hllm::ModelConfig config = m.config;
+    const std::string& model_name = m.name;
+    const std::string& type_name = m.type_name;
+    const hllm::Llama<> model(config, std::move(m.weights));
     const std::size_t max_npl = *std::max_element(npls.begin(), npls.end());
     hllm::BatchRunner<> runner(
         model, {.max_tokens = std::max(o.batch, max_npl), .threads = o.threads, .isa = o.isa});

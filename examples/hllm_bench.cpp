@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bench_model.hpp"
 #include "common/cli.hpp"
 #include "common/progress.hpp"
 #include "common/synthetic.hpp"
@@ -627,45 +628,19 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    // The model: a GGUF file mapped in place, or a synthetic one of a preset's shape.
-    hllm::ModelConfig config;
-    hllm::ModelWeights weights;
-    std::string model_name, type_name;
-    // auto: interleave for the ISA the session will run (--isa may differ from this process's
-    // best), move into huge pages where the kernel grants them.
-    const hllm::Isa run_isa = o.isa.value_or(hllm::kernels::active().isa);
+    hllm::DType type = hllm::DType::f32;
+    try {
+      if (o.model_path.empty()) type = hllm::parse_dtype(o.type);
+    } catch (const hllm::Error& e) {
+      cli.fail(e.message());
+    }
     const hllm::Repack mode = o.repack == "always" ? hllm::Repack::always
                               : o.repack == "auto" ? hllm::Repack::automatic
                                                    : hllm::Repack::never;
-    const hllm::RepackPlan plan = hllm::repack_plan(mode, hllm::kernels::table_for(run_isa));
-    if (!o.model_path.empty()) {
-      hllm::GgufModel loaded = hllm::load_gguf_model(o.model_path, {.repack = hllm::Repack::never});
-      config = loaded.config;
-      weights = std::move(loaded.weights);
-      hllm::repack_weights(weights, plan, loaded.file->is_mapped(),
-                           hllm::examples::load_progress(!o.log_disable));
-      model_name = o.model_path;
-      type_name = hllm::dtype_name(hllm::file_type_of(weights.layers.at(0).wq.type));
-    } else {
-      hllm::DType type = hllm::DType::f32;
-      try {
-        type = hllm::parse_dtype(o.type);
-      } catch (const hllm::Error& e) {
-        cli.fail(e.message());
-      }
-      config = hllm::examples::synthetic_config(o.preset);
-      weights = hllm::examples::synthetic_weights(config, type, 1);
-      // In memory, not a file mapping: the source stays (and so does its memory), so nothing is
-      // moved just for huge pages.
-      hllm::repack_weights(weights,
-                           {.interleave = plan.interleave,
-                            .bf16_panels = plan.bf16_panels,
-                            .float_panels = plan.float_panels},
-                           false, hllm::examples::load_progress(!o.log_disable));
-      model_name = o.preset + " (synthetic)";
-      type_name = hllm::dtype_name(type);
-    }
-    run_benchmark(o, config, std::move(weights), model_name, type_name);
+    hllm::examples::BenchModel m = hllm::examples::load_bench_model(
+        o.model_path, o.preset, type, o.isa.value_or(hllm::kernels::active().isa), mode,
+        !o.log_disable);
+    run_benchmark(o, m.config, std::move(m.weights), m.name, m.type_name);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hllm-bench: %s\n", e.what());

@@ -42,10 +42,7 @@ hllm::ModelConfig batch_config() {
 }
 
 std::vector<std::int32_t> random_tokens(std::size_t n, std::mt19937& rng) {
-  std::uniform_int_distribution<std::int32_t> token(0, 299);
-  std::vector<std::int32_t> tokens(n);
-  for (auto& t : tokens) t = token(rng);
-  return tokens;
+  return hllm::test::random_tokens(n, rng, 300);
 }
 
 // Every position's logits of `tokens` from a fresh Session: the reference.   [n][vocab]

@@ -48,10 +48,7 @@ const hllm::Llama<>& engine_model() {
 }
 
 std::vector<std::int32_t> random_tokens(std::size_t n, std::mt19937& rng) {
-  std::uniform_int_distribution<std::int32_t> token(0, 299);
-  std::vector<std::int32_t> tokens(n);
-  for (auto& t : tokens) t = token(rng);
-  return tokens;
+  return hllm::test::random_tokens(n, rng, 300);
 }
 
 // A request of `prompt` with greedy (seed 0) or seeded sampling at temperature 0.9.

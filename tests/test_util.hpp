@@ -60,6 +60,15 @@ inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float
   return v;
 }
 
+// n token ids drawn uniformly from [0, vocab).
+inline std::vector<std::int32_t> random_tokens(std::size_t n, std::mt19937& rng,
+                                               std::int32_t vocab) {
+  std::uniform_int_distribution<std::int32_t> token(0, vocab - 1);
+  std::vector<std::int32_t> tokens(n);
+  for (auto& t : tokens) t = token(rng);
+  return tokens;
+}
+
 // Expects f() to throw hllm::Error of this kind naming this field and file (and, when given,
 // this byte offset, and a message containing `message`): the error catalogues assert the
 // specific error, not just "throws".

@@ -411,60 +411,48 @@ inline void place_in_group(const Block& src, std::size_t r, std::size_t b,
       unit.qs[b % 2][k][r % 16][i] = interleaved16_byte<Block>(qs[4 * k + i]);
 }
 
-inline BlockQ4_K block_at(const BlockQ4_Kx16* w, std::size_t supers, std::size_t r, std::size_t s) {
-  const BlockQ4_Kx16& unit = w[unit_index<BlockQ4_K>(supers, r, s)];
-  const std::size_t i = r % 16;
-  BlockQ4_K out;
+// Q4_K and Q5_K panels: row i of a unit back into a file block (d, dmin, the 6-bit scales and
+// minimums packed again, the nibbles, and Q5_K's fifth bits), and the inverse.
+template <class Block>
+inline Block block_at_with_minimums(const Interleaved16<Block>& unit, std::size_t i) {
+  Block out;
   out.d = unit.d[i];
   out.dmin = unit.dmin[i];
   std::uint8_t scales[8], mins[8];
   for (std::size_t j = 0; j < 8; ++j)
     scales[j] = unit.pairs[j / 2].scales[j % 2][i], mins[j] = unit.pairs[j / 2].mins[j % 2][i];
   q4_k_pack_scales_mins(scales, mins, out.scales);
+  if constexpr (std::is_same_v<Block, BlockQ5_K>)
+    for (std::size_t k = 0; k < 8; ++k) std::memcpy(out.qh + 4 * k, unit.qh[k][i], 4);
   for (std::size_t p = 0; p < 4; ++p)
     for (std::size_t k = 0; k < 8; ++k)
       std::memcpy(out.qs + 32 * p + 4 * k, unit.pairs[p].qs[k][i], 4);
   return out;
+}
+template <class Block>
+inline void place_with_minimums(const Block& src, std::size_t i, Interleaved16<Block>& unit) {
+  unit.d[i] = src.d;
+  unit.dmin[i] = src.dmin;
+  for (std::size_t j = 0; j < 8; ++j)
+    q4_k_scale_min(j, src.scales, unit.pairs[j / 2].scales[j % 2][i],
+                   unit.pairs[j / 2].mins[j % 2][i]);
+  if constexpr (std::is_same_v<Block, BlockQ5_K>)
+    for (std::size_t k = 0; k < 8; ++k) std::memcpy(unit.qh[k][i], src.qh + 4 * k, 4);
+  for (std::size_t p = 0; p < 4; ++p)
+    for (std::size_t k = 0; k < 8; ++k)
+      std::memcpy(unit.pairs[p].qs[k][i], src.qs + 32 * p + 4 * k, 4);
+}
+inline BlockQ4_K block_at(const BlockQ4_Kx16* w, std::size_t supers, std::size_t r, std::size_t s) {
+  return block_at_with_minimums(w[unit_index<BlockQ4_K>(supers, r, s)], r % 16);
 }
 inline void place_in_group(const BlockQ4_K& src, std::size_t r, std::size_t, BlockQ4_Kx16& unit) {
-  const std::size_t i = r % 16;
-  unit.d[i] = src.d;
-  unit.dmin[i] = src.dmin;
-  for (std::size_t j = 0; j < 8; ++j)
-    q4_k_scale_min(j, src.scales, unit.pairs[j / 2].scales[j % 2][i],
-                   unit.pairs[j / 2].mins[j % 2][i]);
-  for (std::size_t p = 0; p < 4; ++p)
-    for (std::size_t k = 0; k < 8; ++k)
-      std::memcpy(unit.pairs[p].qs[k][i], src.qs + 32 * p + 4 * k, 4);
+  place_with_minimums(src, r % 16, unit);
 }
-
 inline BlockQ5_K block_at(const BlockQ5_Kx16* w, std::size_t supers, std::size_t r, std::size_t s) {
-  const BlockQ5_Kx16& unit = w[unit_index<BlockQ5_K>(supers, r, s)];
-  const std::size_t i = r % 16;
-  BlockQ5_K out;
-  out.d = unit.d[i];
-  out.dmin = unit.dmin[i];
-  std::uint8_t scales[8], mins[8];
-  for (std::size_t j = 0; j < 8; ++j)
-    scales[j] = unit.pairs[j / 2].scales[j % 2][i], mins[j] = unit.pairs[j / 2].mins[j % 2][i];
-  q4_k_pack_scales_mins(scales, mins, out.scales);
-  for (std::size_t k = 0; k < 8; ++k) std::memcpy(out.qh + 4 * k, unit.qh[k][i], 4);
-  for (std::size_t p = 0; p < 4; ++p)
-    for (std::size_t k = 0; k < 8; ++k)
-      std::memcpy(out.qs + 32 * p + 4 * k, unit.pairs[p].qs[k][i], 4);
-  return out;
+  return block_at_with_minimums(w[unit_index<BlockQ5_K>(supers, r, s)], r % 16);
 }
 inline void place_in_group(const BlockQ5_K& src, std::size_t r, std::size_t, BlockQ5_Kx16& unit) {
-  const std::size_t i = r % 16;
-  unit.d[i] = src.d;
-  unit.dmin[i] = src.dmin;
-  for (std::size_t j = 0; j < 8; ++j)
-    q4_k_scale_min(j, src.scales, unit.pairs[j / 2].scales[j % 2][i],
-                   unit.pairs[j / 2].mins[j % 2][i]);
-  for (std::size_t k = 0; k < 8; ++k) std::memcpy(unit.qh[k][i], src.qh + 4 * k, 4);
-  for (std::size_t p = 0; p < 4; ++p)
-    for (std::size_t k = 0; k < 8; ++k)
-      std::memcpy(unit.pairs[p].qs[k][i], src.qs + 32 * p + 4 * k, 4);
+  place_with_minimums(src, r % 16, unit);
 }
 
 inline BlockQ6_K block_at(const BlockQ6_Kx16* w, std::size_t supers, std::size_t r, std::size_t s) {

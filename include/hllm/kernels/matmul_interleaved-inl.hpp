@@ -274,30 +274,44 @@ inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, s
   _mm512_storeu_ps(out, acc);
 }
 
-// Decode of one 16-row group of Q4_K panels against one token: out[0..16). Per pair of
-// sub-blocks, the low nibbles (sub-block 2p) and the high ones (2p + 1, multiplied in place as
-// q & 0xf0 and shifted back by 4, exactly) run one chain each against their activation blocks.
+// Decode of one 16-row group of Q4_K or Q5_K panels against one token: out[0..16). Per pair of
+// sub-blocks, the low nibbles (sub-block 2p) and the high ones (2p + 1) run one chain each
+// against their activation blocks: Q4_K multiplies the high nibbles in place (q & 0xf0, shifted
+// back by 4 at the end, exactly); Q5_K shifts each value's fifth bit (bit j of its qh byte, for
+// sub-block j) from the unit's qh words into bit 4, so both chains multiply whole 5-bit values.
 // Then, sub-block by sub-block, its dot weighed by the 16 row scales d·scale_j·d_x and its
 // minimum term dmin·min_j·d_x·Σxq go into one accumulator, in the packed GEMM's order
 // (panel_tile), so decode and prefill give a token the same bits.
-inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size_t supers,
-                           float* out) {
+template <class Unit>
+inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std::size_t supers,
+                                         float* out) {
+  constexpr bool kFifthBit = std::is_same_v<Unit, BlockQ5_Kx16>;
   __m512 acc = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
+  const __m512i one = _mm512_set1_epi8(1);
   for (std::size_t s = 0; s < supers; ++s) {
-    const BlockQ4_Kx16& unit = w[s];
+    const Unit& unit = w[s];
     const __m512 d = VecF32::load(unit.d), dmin = VecF32::load(unit.dmin);
     const BlockQ8Act* a = x + 8 * s;
     _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
-      const BlockQ4_Kx16::Pair& pair = unit.pairs[p];
+      const auto& pair = unit.pairs[p];
       __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
       _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
         const __m512i q = _mm512_loadu_si512(pair.qs[k]);
-        low = _mm512_dpbusd_epi32(low, _mm512_and_si512(q, low4), broadcast_group(a[2 * p], k));
-        high =
-            _mm512_dpbusd_epi32(high, _mm512_and_si512(q, high4), broadcast_group(a[2 * p + 1], k));
+        __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(q, high4);
+        if constexpr (kFifthBit) {
+          const __m512i h = _mm512_loadu_si512(unit.qh[k]);
+          const auto fifth = [&](std::size_t bit) {
+            return _mm512_slli_epi32(
+                _mm512_and_si512(_mm512_srli_epi32(h, static_cast<unsigned>(bit)), one), 4);
+          };
+          lo = _mm512_or_si512(lo, fifth(2 * p));
+          hi = _mm512_or_si512(_mm512_srli_epi32(hi, 4), fifth(2 * p + 1));
+        }
+        low = _mm512_dpbusd_epi32(low, lo, broadcast_group(a[2 * p], k));
+        high = _mm512_dpbusd_epi32(high, hi, broadcast_group(a[2 * p + 1], k));
       }
-      const __m512i dots[2] = {low, _mm512_srai_epi32(high, 4)};
+      const __m512i dots[2] = {low, kFifthBit ? high : _mm512_srai_epi32(high, 4)};
       _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
         const BlockQ8Act& a_j = a[2 * p + h];
         const __m512 scale = _mm512_mul_ps(bytes_to_floats(pair.scales[h]), d);
@@ -310,48 +324,13 @@ inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size
   }
   _mm512_storeu_ps(out, acc);
 }
-
-// Decode of one 16-row group of Q5_K panels against one token: out[0..16). Q4_K's, with each
-// value's fifth bit (bit j of its qh byte, for sub-block j) shifted from the unit's qh words
-// into bit 4 of the nibble, so both chains multiply whole 5-bit values; the same order of float
-// operations as Q4_K's (and the packed GEMM's).
+inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size_t supers,
+                           float* out) {
+  decode_group16_with_minimums(w, x, supers, out);
+}
 inline void decode_group16(const BlockQ5_Kx16* w, const BlockQ8Act* x, std::size_t supers,
                            float* out) {
-  __m512 acc = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
-  for (std::size_t s = 0; s < supers; ++s) {
-    const BlockQ5_Kx16& unit = w[s];
-    const __m512 d = VecF32::load(unit.d), dmin = VecF32::load(unit.dmin);
-    const BlockQ8Act* a = x + 8 * s;
-    _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
-      const BlockQ5_Kx16::Pair& pair = unit.pairs[p];
-      __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
-      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
-        const __m512i q = _mm512_loadu_si512(pair.qs[k]);
-        const __m512i h = _mm512_loadu_si512(unit.qh[k]);
-        const __m512i lo = _mm512_or_si512(
-            _mm512_and_si512(q, low4),
-            _mm512_slli_epi32(
-                _mm512_and_si512(_mm512_srli_epi32(h, static_cast<unsigned>(2 * p)), one), 4));
-        const __m512i hi = _mm512_or_si512(
-            _mm512_and_si512(_mm512_srli_epi32(q, 4), low4),
-            _mm512_slli_epi32(
-                _mm512_and_si512(_mm512_srli_epi32(h, static_cast<unsigned>(2 * p + 1)), one), 4));
-        low = _mm512_dpbusd_epi32(low, lo, broadcast_group(a[2 * p], k));
-        high = _mm512_dpbusd_epi32(high, hi, broadcast_group(a[2 * p + 1], k));
-      }
-      const __m512i dots[2] = {low, high};
-      _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
-        const BlockQ8Act& a_j = a[2 * p + h];
-        const __m512 scale = _mm512_mul_ps(bytes_to_floats(pair.scales[h]), d);
-        const __m512 minimum = _mm512_mul_ps(bytes_to_floats(pair.mins[h]), dmin);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[h]),
-                              _mm512_mul_ps(scale, _mm512_set1_ps(a_j.d)), acc);
-        acc = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(a_j.d_sum), acc);
-      }
-    }
-  }
-  _mm512_storeu_ps(out, acc);
+  decode_group16_with_minimums(w, x, supers, out);
 }
 
 // Decode of one 16-row group of Q6_K panels against one token: out[0..16). Per half of a

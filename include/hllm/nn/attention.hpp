@@ -69,19 +69,13 @@ class Attention {
                          std::size_t layer, float* out, const kernels::KernelTable& kernels,
                          std::size_t head_begin, std::size_t head_end) const noexcept {
     const std::size_t first = first_visible(position);
-    const std::size_t n_keys = position + 1 - first;
-    const std::size_t d = shape_.head_dim;
-    // Consecutive heads that share a KV head go to the kernel together (it reads their keys
-    // and values once).
     const kernels::AttendGroupFn attend = kernels.attend_group_for<KV>();
-    const std::size_t end = std::min(head_end, shape_.n_heads);
-    for (std::size_t h = head_begin; h < end;) {
-      const std::size_t kv_head = h / group_;
-      const std::size_t heads = std::min(end, (kv_head + 1) * group_) - h;
-      attend(q + h * d, cache.keys(layer, kv_head, first), cache.values(layer, kv_head, first),
-             n_keys, d, heads, scale_, out + h * d);
-      h += heads;
-    }
+    for_head_groups(position, head_begin, head_end,
+                    [&](std::size_t kv_head, std::size_t h, std::size_t heads, std::size_t n_keys) {
+                      attend(q + h * shape_.head_dim, cache.keys(layer, kv_head, first),
+                             cache.values(layer, kv_head, first), n_keys, shape_.head_dim, heads,
+                             scale_, out + h * shape_.head_dim);
+                    });
   }
 
   // The same over a paged cache: the sequence's keys and values lie in `blocks` of `storage`
@@ -94,21 +88,33 @@ class Attention {
                                std::size_t layer, float* out, const kernels::KernelTable& kernels,
                                std::size_t head_begin, std::size_t head_end) const noexcept {
     const std::size_t first = first_visible(position);
-    const std::size_t n_keys = position + 1 - first;
-    const std::size_t d = shape_.head_dim;
     const kernels::AttendGroupPagedFn attend = kernels.attend_group_paged_for<KV>();
+    for_head_groups(position, head_begin, head_end,
+                    [&](std::size_t kv_head, std::size_t h, std::size_t heads, std::size_t n_keys) {
+                      attend(q + h * shape_.head_dim,
+                             storage.rows_unchecked(blocks, layer, 0, kv_head, first),
+                             storage.rows_unchecked(blocks, layer, 1, kv_head, first), n_keys,
+                             shape_.head_dim, heads, scale_, out + h * shape_.head_dim);
+                    });
+  }
+
+ private:
+  // Calls f(kv_head, first query head, query heads, visible keys) for the runs of consecutive
+  // query heads in [head_begin, head_end) that share a KV head: the kernels read their keys and
+  // values once.
+  template <class F>
+  void for_head_groups(std::size_t position, std::size_t head_begin, std::size_t head_end,
+                       F&& f) const noexcept {
+    const std::size_t n_keys = position + 1 - first_visible(position);
     const std::size_t end = std::min(head_end, shape_.n_heads);
     for (std::size_t h = head_begin; h < end;) {
       const std::size_t kv_head = h / group_;
       const std::size_t heads = std::min(end, (kv_head + 1) * group_) - h;
-      attend(q + h * d, storage.rows_unchecked(blocks, layer, 0, kv_head, first),
-             storage.rows_unchecked(blocks, layer, 1, kv_head, first), n_keys, d, heads, scale_,
-             out + h * d);
+      f(kv_head, h, heads, n_keys);
       h += heads;
     }
   }
 
- private:
   AttentionShape shape_;
   std::size_t group_;
   float scale_;

@@ -1,0 +1,52 @@
+#pragma once
+// The model of a benchmark program (hllm-bench, hllm-batched-bench): a GGUF file mapped in
+// place, or random weights of a preset's shape (common/synthetic.hpp), repacked as a load
+// would repack them for the ISA the benchmark runs (--isa may differ from this process's best).
+
+#include <string>
+#include <utility>
+
+#include "common/progress.hpp"
+#include "common/synthetic.hpp"
+#include "hllm/io/gguf_model.hpp"
+#include "hllm/kernels/dispatch.hpp"
+#include "hllm/model/repack.hpp"
+
+namespace hllm::examples {
+
+struct BenchModel {
+  ModelConfig config;
+  ModelWeights weights;
+  std::string name;       // the file, or "PRESET (synthetic)"
+  std::string type_name;  // the file type of the projections, e.g. "Q4_0"
+};
+
+// path non-empty: the file; else the preset with weights of `type`. mode: as LoadOptions::repack
+// (automatic: the panels the kernels of run_isa read, and huge pages for a file's projections).
+inline BenchModel load_bench_model(const std::string& path, const std::string& preset, DType type,
+                                   Isa run_isa, Repack mode, bool log) {
+  BenchModel m;
+  const RepackPlan plan = repack_plan(mode, kernels::table_for(run_isa));
+  if (!path.empty()) {
+    GgufModel loaded = load_gguf_model(path, {.repack = Repack::never});
+    m.config = loaded.config;
+    m.weights = std::move(loaded.weights);
+    repack_weights(m.weights, plan, loaded.file->is_mapped(), load_progress(log));
+    m.name = path;
+  } else {
+    m.config = synthetic_config(preset);
+    m.weights = synthetic_weights(m.config, type, 1);
+    // In memory, not a file mapping: the source stays (and so does its memory), so nothing is
+    // moved just for huge pages.
+    repack_weights(m.weights,
+                   {.interleave = plan.interleave,
+                    .bf16_panels = plan.bf16_panels,
+                    .float_panels = plan.float_panels},
+                   false, load_progress(log));
+    m.name = preset + " (synthetic)";
+  }
+  m.type_name = dtype_name(file_type_of(m.weights.layers.at(0).wq.type));
+  return m;
+}
+
+}  // namespace hllm::examples
