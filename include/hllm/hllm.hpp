@@ -30,6 +30,7 @@
 #include "hllm/model/batch.hpp"
 #include "hllm/model/config.hpp"
 #include "hllm/model/finite_check.hpp"
+#include "hllm/model/forward_context.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/llama_block.hpp"
 #include "hllm/model/presets.hpp"

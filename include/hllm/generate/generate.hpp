@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,6 +47,22 @@ inline const char* to_string(StopReason r) {
     case StopReason::context_full: return "context_full";
     default: return "cancelled";
   }
+}
+
+// Throws invalid_argument, naming `who`, unless opts.max_tokens >= -1.
+inline void check_generate_options(const GenerateOptions& opts, const char* who) {
+  if (opts.max_tokens < -1)
+    throw Error(ErrorKind::invalid_argument,
+                std::string(who) + ": max_tokens must be >= 0, or -1 for no limit, got " +
+                    std::to_string(opts.max_tokens));
+}
+
+// Whether a sampled token ends generation before it is kept: eos, then any of stop_tokens.
+inline std::optional<StopReason> stop_before(std::int32_t token, const GenerateOptions& opts) {
+  if (opts.eos >= 0 && token == opts.eos) return StopReason::eos;
+  if (std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(), token) != opts.stop_tokens.end())
+    return StopReason::stop_token;
+  return std::nullopt;
 }
 
 struct GenerateResult {
@@ -94,11 +111,7 @@ template <GenerationSession Session, TokenCallback OnToken>
 GenerateResult generate(Session& session, std::span<const std::int32_t> prompt, Sampler& sampler,
                         const GenerateOptions& opts, OnToken&& on_token) {
   if (prompt.empty()) throw Error(ErrorKind::invalid_argument, "generate: prompt is empty");
-  if (opts.max_tokens < -1) {
-    throw Error(ErrorKind::invalid_argument,
-                "generate: max_tokens must be >= 0, or -1 for no limit, got " +
-                    std::to_string(opts.max_tokens));
-  }
+  check_generate_options(opts, "generate");
 
   GenerateResult result{{}, StopReason::max_tokens};
   if (opts.max_tokens == 0) return result;
@@ -111,13 +124,8 @@ GenerateResult generate(Session& session, std::span<const std::int32_t> prompt, 
 
   while (true) {
     const std::int32_t token = sampler.sample(logits, history);
-    if (opts.eos >= 0 && token == opts.eos) {
-      result.reason = StopReason::eos;
-      return result;
-    }
-    if (std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(), token) !=
-        opts.stop_tokens.end()) {
-      result.reason = StopReason::stop_token;
+    if (const std::optional<StopReason> stop = stop_before(token, opts)) {
+      result.reason = *stop;
       return result;
     }
     history.push_back(token);

@@ -22,10 +22,7 @@
 
 #include "hllm/core/aligned_buffer.hpp"
 #include "hllm/core/error.hpp"
-#include "hllm/core/quant_blocks.hpp"
-#include "hllm/core/thread_pool.hpp"
-#include "hllm/kernels/compute.hpp"
-#include "hllm/kernels/dispatch.hpp"
+#include "hllm/model/forward_context.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/session.hpp"
 #include "hllm/nn/kv_block_allocator.hpp"
@@ -58,21 +55,17 @@ class BatchRunner {
  public:
   explicit BatchRunner(const Llama<Spec>& model, BatchOptions options = {})
       : model_(model),
-        max_tokens_(checked_max_tokens(options.max_tokens)),
-        scratch_(model.config(), max_tokens_, model.rope().rot_dims() / 2),
-        tokens_(max_tokens_),
-        placements_(max_tokens_),
-        logits_(max_tokens_ * model.vocab_size()),
-        activations_(options.exact ? 0
-                                   : max_tokens_ * (widest_matmul_input(model.config()) + 32) / 32),
-        pool_(options.threads ? options.threads : default_thread_count()),
-        compute_(options.isa ? kernels::table_for(*options.isa) : kernels::active(), pool_,
-                 activations_.span(), {widest_matmul_input(model.config()), max_tokens_}) {}
+        forward_(model.config(), model.rope().rot_dims(),
+                 checked_forward_tokens(options.max_tokens, "a batch's max_tokens"),
+                 options.threads, options.isa, options.exact),
+        tokens_(forward_.max_tokens()),
+        placements_(forward_.max_tokens()),
+        logits_(forward_.max_tokens() * model.vocab_size()) {}
 
   const Llama<Spec>& model() const noexcept { return model_; }
-  std::size_t max_tokens() const noexcept { return max_tokens_; }
-  std::size_t threads() const noexcept { return pool_.size(); }
-  Isa isa() const noexcept { return compute_.isa(); }
+  std::size_t max_tokens() const noexcept { return forward_.max_tokens(); }
+  std::size_t threads() const noexcept { return forward_.threads(); }
+  Isa isa() const noexcept { return forward_.isa(); }
 
   // Evaluates every entry's tokens, stores their keys and values in `storage` through the
   // entries' tables and commits them (each table's length grows by its entry's tokens). Returns
@@ -86,13 +79,13 @@ class BatchRunner {
                                  const KVBlockAllocator& allocator) {
     const std::size_t n = lay_out(entries, storage, allocator);
     PagedKVChunk<KV> chunk(storage, std::span<const PagedToken>(placements_.data(), n));
-    model_.forward_hidden(compute_, std::span<const std::int32_t>(tokens_.data(), n), chunk,
-                          scratch_);
+    model_.forward_hidden(forward_.compute(), std::span<const std::int32_t>(tokens_.data(), n),
+                          chunk, forward_.scratch());
     for (const BatchEntry& e : entries) e.table->advance(e.tokens.size());
     // The rows whose logits were asked for, moved to the front in order (each row moves to an
     // index at or below its own, so in place), then one output matmul over them.
     const std::size_t dim = static_cast<std::size_t>(model_.config().dim);
-    float* hidden = scratch_.residual.data();
+    float* hidden = forward_.scratch().residual.data();
     std::size_t rows = 0, t = 0;
     for (const BatchEntry& e : entries) {
       const std::size_t first = e.logits == Logits::all ? 0 : e.tokens.size() - 1;
@@ -100,7 +93,7 @@ class BatchRunner {
         if (rows != t + j) std::copy_n(hidden + (t + j) * dim, dim, hidden + rows * dim);
       t += e.tokens.size();
     }
-    model_.logits_of_hidden(compute_, scratch_, 0, rows, logits_.data());
+    model_.logits_of_hidden(forward_.compute(), forward_.scratch(), 0, rows, logits_.data());
     return {logits_.data(), rows * model_.vocab_size()};
   }
 
@@ -111,13 +104,6 @@ class BatchRunner {
   }
 
  private:
-  static std::size_t checked_max_tokens(std::size_t max_tokens) {
-    if (max_tokens == 0 || max_tokens > 65536)
-      throw Error(ErrorKind::invalid_argument,
-                  "a batch's max_tokens must be in [1, 65536], got " + std::to_string(max_tokens));
-    return max_tokens;
-  }
-
   // Checks the batch and lays its tokens out one entry after another in tokens_ and
   // placements_; returns their count.
   template <class KV>
@@ -154,8 +140,8 @@ class BatchRunner {
           throw Error(ErrorKind::invalid_argument, which + " continues the sequence of entry " +
                                                        std::to_string(j) +
                                                        ": one entry per sequence and step");
-      if (e.tokens.size() > max_tokens_ - n)
-        throw Error(ErrorKind::capacity, "a batch of more than " + std::to_string(max_tokens_) +
+      if (e.tokens.size() > max_tokens() - n)
+        throw Error(ErrorKind::capacity, "a batch of more than " + std::to_string(max_tokens()) +
                                              " tokens (the runner's max_tokens)");
       model_.check_tokens(e.tokens);
       if (e.table->block_tokens() != storage.block_tokens())
@@ -177,14 +163,10 @@ class BatchRunner {
   }
 
   const Llama<Spec>& model_;
-  std::size_t max_tokens_;
-  ForwardScratch scratch_;
-  std::vector<std::int32_t> tokens_;       // [max_tokens] the batch's tokens, entry by entry
-  std::vector<PagedToken> placements_;     // [max_tokens] their sequences and positions
-  AlignedBuffer<float> logits_;            // [max_tokens][vocab]
-  AlignedBuffer<BlockQ8Act> activations_;  // [max_tokens][widest input / 32 + 1]
-  ThreadPool pool_;
-  Compute compute_;
+  ForwardContext forward_;
+  std::vector<std::int32_t> tokens_;    // [max_tokens] the batch's tokens, entry by entry
+  std::vector<PagedToken> placements_;  // [max_tokens] their sequences and positions
+  AlignedBuffer<float> logits_;         // [max_tokens][vocab]
 };
 
 }  // namespace hllm

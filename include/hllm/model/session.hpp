@@ -16,6 +16,7 @@
 #include "hllm/core/thread_pool.hpp"
 #include "hllm/kernels/compute.hpp"
 #include "hllm/kernels/dispatch.hpp"
+#include "hllm/model/forward_context.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/nn/any_kv_cache.hpp"
 
@@ -45,33 +46,38 @@ struct SessionOptions {
 // Which logits prefill returns.
 enum class Logits { last, all };
 
-// The most input features any matmul of the model has: dim (Q, K, V, gate, up, output), q_dim
-// (the attention output), ffn_dim (down). Sizes the kernels' scratch and the 8-bit activations.
-inline std::size_t widest_matmul_input(const ModelConfig& c) {
-  return static_cast<std::size_t>(std::max({c.dim, c.q_dim(), c.ffn_dim}));
-}
-
 // Longest context a session may request: 2^24 tokens, far past any model and small enough that
 // cache sizes cannot overflow.
 inline constexpr std::size_t kMaxContext = std::size_t{1} << 24;
+
+// The context a sequence gets for a request of `context` tokens: 0 is kDefaultContext or the
+// model's length, whichever is smaller; any other value as is. Throws invalid_argument past
+// kMaxContext.
+inline std::size_t resolved_context(std::size_t context, const ModelConfig& config) {
+  const std::size_t resolved =
+      context ? context
+              : std::min(kDefaultContext, static_cast<std::size_t>(config.context_length));
+  if (resolved > kMaxContext)
+    throw Error(ErrorKind::invalid_argument, "context of " + std::to_string(resolved) +
+                                                 " tokens exceeds the maximum of " +
+                                                 std::to_string(kMaxContext));
+  return resolved;
+}
 
 template <class Spec = DynamicSpec>
 class Session {
  public:
   explicit Session(const Llama<Spec>& model, SessionOptions options = {})
       : model_(model),
-        max_batch_(checked_batch(options.max_batch)),
         cache_(options.kv_type.value_or(kv_type_of<typename Spec::kv_type>()),
                static_cast<std::size_t>(model.config().n_layers),
                static_cast<std::size_t>(model.config().n_kv_heads),
                static_cast<std::size_t>(model.config().resolved_head_dim()),
-               checked_context(options.context, model.config())),
-        scratch_(model.config(), max_batch_, model.rope().rot_dims() / 2),
+               resolved_context(options.context, model.config())),
         logits_(model.vocab_size()),
-        activations_(options.exact ? 0 : max_batch_ * widest_input(model.config()) / 32),
-        pool_(options.threads ? options.threads : default_thread_count()),
-        compute_(options.isa ? kernels::table_for(*options.isa) : kernels::active(), pool_,
-                 activations_.span(), {widest_matmul_input(model.config()), max_batch_}) {}
+        forward_(model.config(), model.rope().rot_dims(),
+                 checked_forward_tokens(options.max_batch, "max_batch"), options.threads,
+                 options.isa, options.exact) {}
 
   const Llama<Spec>& model() const noexcept { return model_; }
   // Tokens evaluated so far: the position the next token will take.
@@ -79,8 +85,8 @@ class Session {
   std::size_t context() const noexcept { return cache_.capacity(); }
   const AnyKVCache& kv_cache() const noexcept { return cache_; }
   KVType kv_type() const noexcept { return cache_.type(); }
-  std::size_t threads() const noexcept { return pool_.size(); }
-  Isa isa() const noexcept { return compute_.isa(); }
+  std::size_t threads() const noexcept { return forward_.threads(); }
+  Isa isa() const noexcept { return forward_.isa(); }
 
   // Evaluates `tokens` after those already in the cache. Returns the last token's logits
   // ([vocab]) or, with Logits::all, every token's ([n_tokens][vocab]). The span stays valid
@@ -96,34 +102,11 @@ class Session {
   void rewind(std::size_t length) { cache_.truncate(length); }
 
  private:
-  static std::size_t checked_batch(std::size_t max_batch) {
-    if (max_batch == 0 || max_batch > 65536)
-      throw Error(ErrorKind::invalid_argument,
-                  "max_batch must be in [1, 65536], got " + std::to_string(max_batch));
-    return max_batch;
-  }
-  // The same with a block to spare (for the 8-bit activation scratch).
-  static std::size_t widest_input(const ModelConfig& c) { return widest_matmul_input(c) + 32; }
-  static std::size_t checked_context(std::size_t context, const ModelConfig& config) {
-    const std::size_t resolved =
-        context ? context
-                : std::min(kDefaultContext, static_cast<std::size_t>(config.context_length));
-    if (resolved > kMaxContext)
-      throw Error(ErrorKind::invalid_argument, "context of " + std::to_string(resolved) +
-                                                   " tokens exceeds the maximum of " +
-                                                   std::to_string(kMaxContext));
-    return resolved;
-  }
-
   const Llama<Spec>& model_;
-  std::size_t max_batch_;
   AnyKVCache cache_;
-  ForwardScratch scratch_;
-  AlignedBuffer<float> logits_;            // [vocab]
-  std::vector<float> all_logits_;          // [n_tokens][vocab], only for Logits::all
-  AlignedBuffer<BlockQ8Act> activations_;  // [max_batch][widest input / 32]
-  ThreadPool pool_;
-  Compute compute_;
+  AlignedBuffer<float> logits_;    // [vocab]
+  std::vector<float> all_logits_;  // [n_tokens][vocab], only for Logits::all
+  ForwardContext forward_;         // chunks of up to max_batch tokens
 };
 
 template <class Spec>
@@ -138,10 +121,11 @@ std::span<const float> Session<Spec>::prefill(std::span<const std::int32_t> toke
   const bool all = which == Logits::all;
   if (all) all_logits_.resize(tokens.size() * vocab);
   for (std::size_t done = 0; done < tokens.size();) {
-    const std::size_t n = std::min(max_batch_, tokens.size() - done);
+    const std::size_t n = std::min(forward_.max_tokens(), tokens.size() - done);
     float* out = all ? all_logits_.data() + done * vocab : logits_.data();
     cache_.visit([&](auto& cache) {
-      model_.forward(compute_, tokens.subspan(done, n), position(), cache, scratch_, out, all);
+      model_.forward(forward_.compute(), tokens.subspan(done, n), position(), cache,
+                     forward_.scratch(), out, all);
     });
     done += n;
   }

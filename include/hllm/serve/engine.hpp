@@ -107,13 +107,13 @@ class Engine {
   explicit Engine(const Llama<Spec>& model, EngineOptions options = {})
       : model_(model),
         options_(options),
-        context_(resolved_context(options, model.config())),
+        context_(resolved_context(options.context, model.config())),
         storage_(options.kv_type, pool_blocks(options, model.config(), context_),
                  options.block_tokens, static_cast<std::size_t>(model.config().n_layers),
                  static_cast<std::size_t>(model.config().n_kv_heads),
                  static_cast<std::size_t>(model.config().resolved_head_dim())),
         allocator_(storage_.n_blocks(), options.block_tokens),
-        runner_(model, {.max_tokens = checked_step_tokens(options.max_step_tokens),
+        runner_(model, {.max_tokens = options.max_step_tokens,
                         .threads = options.threads,
                         .isa = options.isa,
                         .exact = options.exact}) {
@@ -131,6 +131,8 @@ class Engine {
   std::size_t kv_capacity_tokens() const noexcept {
     return storage_.n_blocks() * storage_.block_tokens();
   }
+  // Tokens one sequence may hold: the context, or the whole pool if that is smaller.
+  std::size_t sequence_limit() const noexcept { return std::min(context_, kv_capacity_tokens()); }
 
   // Queues a request; the next step may admit it. Throws, with nothing queued, for an empty
   // prompt, an invalid token or sampler parameter, or (capacity) a request that could never fit:
@@ -140,11 +142,8 @@ class Engine {
       throw Error(ErrorKind::invalid_argument, "a request's prompt is empty");
     model_.check_tokens(request.prompt);
     validate_sampler_params(request.sampler);
-    if (request.generate.max_tokens < -1)
-      throw Error(ErrorKind::invalid_argument,
-                  "a request's max_tokens must be >= 0, or -1 for no limit, got " +
-                      std::to_string(request.generate.max_tokens));
-    const std::size_t limit = std::min(context_, kv_capacity_tokens());
+    check_generate_options(request.generate, "a request");
+    const std::size_t limit = sequence_limit();
     const std::size_t generated =
         request.generate.max_tokens < 0 ? 0 : static_cast<std::size_t>(request.generate.max_tokens);
     if (request.prompt.size() + generated > limit || request.prompt.size() >= limit)
@@ -240,9 +239,8 @@ class Engine {
     while (true) {
       {
         std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] {
-          return stopping_ || !submitted_.empty() || !cancelled_.empty() || busy_;
-        });
+        wake_.wait(
+            lock, [&] { return stopping_ || !submitted_.empty() || !cancelled_.empty() || busy_; });
         if (stopping_) return;
       }
       const bool more = step() && has_work();
@@ -261,15 +259,6 @@ class Engine {
     std::size_t n_tokens;
   };
 
-  static std::size_t resolved_context(const EngineOptions& o, const ModelConfig& c) {
-    const std::size_t context =
-        o.context ? o.context
-                  : std::min(kDefaultContext, static_cast<std::size_t>(c.context_length));
-    if (context == 0 || context > kMaxContext)
-      throw Error(ErrorKind::invalid_argument,
-                  "EngineOptions.context must be in [1, " + std::to_string(kMaxContext) + "]");
-    return context;
-  }
   static std::size_t pool_blocks(const EngineOptions& o, const ModelConfig& c,
                                  std::size_t context) {
     const auto layers = static_cast<std::size_t>(c.n_layers);
@@ -281,12 +270,6 @@ class Engine {
     return PagedKVStorage<float>::blocks_for_tokens(o.kv_tokens ? o.kv_tokens : 4 * context,
                                                     o.block_tokens);
   }
-  static std::size_t checked_step_tokens(std::size_t n) {
-    if (n == 0)
-      throw Error(ErrorKind::invalid_argument, "EngineOptions.max_step_tokens must be positive");
-    return n;
-  }
-
   // Moves new submissions to the waiting queue and ends cancelled requests.
   void take_submissions() {
     std::vector<std::unique_ptr<Sequence>> submitted;
@@ -393,23 +376,20 @@ class Engine {
     }
     const std::span<const float> logits = runner_.forward(entries, storage_, allocator_);
     const std::size_t vocab = model_.vocab_size();
-    std::vector<Sequence*> done;
-    std::vector<StopReason> reasons;
+    std::vector<std::pair<Sequence*, StopReason>> done;
     for (std::size_t i = 0; i < scheduled.size(); ++i) {
       Sequence& s = *scheduled[i].sequence;
       if (options_.prefix_caching) s.table.publish_full_blocks(allocator_, s.tokens);
       if (s.table.length() < s.tokens.size()) continue;  // a prefill chunk short of the end
-      if (const std::optional<StopReason> reason = sample(s, logits.subspan(i * vocab, vocab))) {
-        done.push_back(&s);
-        reasons.push_back(*reason);
-      }
+      if (const std::optional<StopReason> reason = sample(s, logits.subspan(i * vocab, vocab)))
+        done.emplace_back(&s, *reason);
     }
-    for (std::size_t i = 0; i < done.size(); ++i) {
+    for (const auto& [sequence, reason] : done) {
       const auto it = std::find_if(running_.begin(), running_.end(),
-                                   [&](const auto& s) { return s.get() == done[i]; });
+                                   [&](const auto& s) { return s.get() == sequence; });
       std::unique_ptr<Sequence> s = std::move(*it);
       running_.erase(it);
-      finish(std::move(s), reasons[i]);
+      finish(std::move(s), reason);
     }
   }
 
@@ -419,17 +399,13 @@ class Engine {
     const GenerateOptions& g = s.request.generate;
     if (g.max_tokens == 0) return StopReason::max_tokens;
     const std::int32_t token = s.sampler.sample(logits, s.tokens);
-    if (g.eos >= 0 && token == g.eos) return StopReason::eos;
-    if (std::find(g.stop_tokens.begin(), g.stop_tokens.end(), token) != g.stop_tokens.end())
-      return StopReason::stop_token;
+    if (const std::optional<StopReason> stop = stop_before(token, g)) return stop;
     s.tokens.push_back(token);
     s.completion.tokens.push_back(token);
     if (s.request.on_token && !s.request.on_token(s.id, token)) return StopReason::cancelled;
     if (g.max_tokens > 0 && s.completion.tokens.size() == static_cast<std::size_t>(g.max_tokens))
       return StopReason::max_tokens;
-    // The context, or the whole pool for a sequence that outgrows it alone.
-    if (s.tokens.size() >= std::min(context_, kv_capacity_tokens()))
-      return StopReason::context_full;
+    if (s.tokens.size() >= sequence_limit()) return StopReason::context_full;
     return std::nullopt;
   }
 

@@ -1,0 +1,67 @@
+#pragma once
+// What forward passes of up to max_tokens tokens run on: the activation scratch, the 8-bit
+// activations of quantized-weight matmuls, a thread pool and the kernels (Compute), all
+// allocated once. A Session (one sequence) and a BatchRunner (a batch of sequences) each own
+// one.
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "hllm/core/aligned_buffer.hpp"
+#include "hllm/core/error.hpp"
+#include "hllm/core/quant_blocks.hpp"
+#include "hllm/core/thread_pool.hpp"
+#include "hllm/kernels/compute.hpp"
+#include "hllm/kernels/dispatch.hpp"
+#include "hllm/model/config.hpp"
+#include "hllm/model/llama.hpp"
+
+namespace hllm {
+
+// The most input features any matmul of the model has: dim (Q, K, V, gate, up, output), q_dim
+// (the attention output), ffn_dim (down). Sizes the kernels' scratch and the 8-bit activations.
+inline std::size_t widest_matmul_input(const ModelConfig& c) {
+  return static_cast<std::size_t>(std::max({c.dim, c.q_dim(), c.ffn_dim}));
+}
+
+// Throws invalid_argument, naming `what`, unless 1 <= n <= 65536: the tokens of one forward
+// pass, which size every activation buffer.
+inline std::size_t checked_forward_tokens(std::size_t n, const char* what) {
+  if (n == 0 || n > 65536)
+    throw Error(ErrorKind::invalid_argument,
+                std::string(what) + " must be in [1, 65536], got " + std::to_string(n));
+  return n;
+}
+
+class ForwardContext {
+ public:
+  // max_tokens: checked by the caller (checked_forward_tokens). threads 0: the physical core
+  // count; isa unset: HLLM_ISA, else the best this CPU has; exact: float32 activations for
+  // quantized weights too (no 8-bit scratch).
+  ForwardContext(const ModelConfig& config, std::size_t rot_dims, std::size_t max_tokens,
+                 std::size_t threads, std::optional<Isa> isa, bool exact)
+      : max_tokens_(max_tokens),
+        scratch_(config, max_tokens, rot_dims / 2),
+        activations_(exact ? 0 : max_tokens * (widest_matmul_input(config) + 32) / 32),
+        pool_(threads ? threads : default_thread_count()),
+        compute_(isa ? kernels::table_for(*isa) : kernels::active(), pool_, activations_.span(),
+                 {widest_matmul_input(config), max_tokens}) {}
+
+  std::size_t max_tokens() const noexcept { return max_tokens_; }
+  std::size_t threads() const noexcept { return pool_.size(); }
+  Isa isa() const noexcept { return compute_.isa(); }
+  const Compute& compute() const noexcept { return compute_; }
+  ForwardScratch& scratch() noexcept { return scratch_; }
+
+ private:
+  std::size_t max_tokens_;
+  ForwardScratch scratch_;
+  // [max_tokens][widest input / 32 + 1]: a block to spare for the quantizer.
+  AlignedBuffer<BlockQ8Act> activations_;
+  ThreadPool pool_;
+  Compute compute_;
+};
+
+}  // namespace hllm
