@@ -176,13 +176,7 @@ int main(int argc, char** argv) {
                         "Throughput of N sequences decoded together (the batched forward pass "
                         "over a paged KV cache), as llama.cpp's llama-batched-bench.");
   Options o;
-  cli.path("-m,--model", o.model_path, "Model file (or --preset)");
-  cli.text("--preset", o.preset,
-           "Random weights of a preset's shape: tinyllama-1.1b, llama-2-7b, llama-3-8b, "
-           "llama-3.2-1b, mistral-7b, tiny")
-      ->type_name("NAME");
-  cli.text("--type", o.type, "Weight type of a preset (default f32)")
-      ->type_name("f32|f16|bf16|q8_0|q4_0");
+  hllm::examples::model_source_options(cli, o.model_path, o.preset, o.type);
   cli.text("--npp", o.npp, "(also -npp) Prompt lengths, comma-separated")->type_name("LIST");
   cli.text("--ntg", o.ntg, "(also -ntg) Generated tokens, comma-separated")->type_name("LIST");
   cli.text("--npl", o.npl, "(also -npl) Parallel sequences, comma-separated")->type_name("LIST");
@@ -201,14 +195,9 @@ int main(int argc, char** argv) {
     cli.fail("give exactly one of -m FILE or --preset NAME");
   const auto npps = parse_list(o.npp, "-npp", cli), ntgs = parse_list(o.ntg, "-ntg", cli),
              npls = parse_list(o.npl, "-npl", cli);
+  const hllm::DType type = hllm::examples::preset_type(cli, o.model_path, o.type);
 
   try {
-    hllm::DType type = hllm::DType::f32;
-    try {
-      if (o.model_path.empty()) type = hllm::parse_dtype(o.type);
-    } catch (const hllm::Error& e) {
-      cli.fail(e.message());
-    }
     hllm::examples::BenchModel m = hllm::examples::load_bench_model(
         o.model_path, o.preset, type, o.isa.value_or(hllm::kernels::active().isa),
         hllm::Repack::automatic, !o.log_disable);

@@ -575,13 +575,7 @@ int main(int argc, char** argv) {
                         "against this machine's measured bandwidth and arithmetic peaks.\n"
                         "  hllm-bench --preset NAME --type TYPE --save FILE.gguf writes the "
                         "synthetic model as GGUF (llama.cpp-loadable) and exits.");
-  cli.path("-m,--model", o.model_path, "Model file (or --preset)");
-  cli.text("--preset", o.preset,
-           "Random weights of a preset's shape: tinyllama-1.1b, llama-2-7b, llama-3-8b, "
-           "llama-3.2-1b, mistral-7b, tiny")
-      ->type_name("NAME");
-  cli.text("--type", o.type, "Weight type of a preset (default f32)")
-      ->type_name("f32|f16|bf16|q8_0|q4_0");
+  hllm::examples::model_source_options(cli, o.model_path, o.preset, o.type);
   cli.number_in<std::size_t>("-p,--n-prompt", o.prompt_tokens, 0, 65536, "a number of tokens",
                              "Prompt tokens per test");
   cli.number_in<std::size_t>("-n,--n-gen", o.gen_tokens, 0, 65536, "a number of tokens",
@@ -605,15 +599,10 @@ int main(int argc, char** argv) {
     cli.fail("give exactly one of -m FILE or --preset NAME");
   if (!o.save_path.empty() && o.preset.empty()) cli.fail("--save needs --preset and --type");
   if (!o.vocab_path.empty() && o.save_path.empty()) cli.fail("--vocab only goes with --save");
+  const hllm::DType type = hllm::examples::preset_type(cli, o.model_path, o.type);
 
   try {
     if (!o.save_path.empty()) {
-      hllm::DType type = hllm::DType::f32;
-      try {
-        type = hllm::parse_dtype(o.type);
-      } catch (const hllm::Error& e) {
-        cli.fail(e.message());
-      }
       const hllm::ModelConfig config = hllm::examples::synthetic_config(o.preset);
       hllm::Vocabulary vocab =
           o.vocab_path.empty()
@@ -628,12 +617,6 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    hllm::DType type = hllm::DType::f32;
-    try {
-      if (o.model_path.empty()) type = hllm::parse_dtype(o.type);
-    } catch (const hllm::Error& e) {
-      cli.fail(e.message());
-    }
     const hllm::Repack mode = o.repack == "always" ? hllm::Repack::always
                               : o.repack == "auto" ? hllm::Repack::automatic
                                                    : hllm::Repack::never;

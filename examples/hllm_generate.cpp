@@ -27,7 +27,6 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -163,8 +162,7 @@ const char* stop_words(hllm::StopReason r) {
 int run_parallel(const Options& options, const hllm::Llama<>& model,
                  const hllm::Tokenizer* tokenizer, const std::vector<std::int32_t>& prompt,
                  const std::string& prompt_text, std::size_t context,
-                 const hllm::SamplerParams& sampler, double load_seconds,
-                 const std::function<void(const char*)>& log) {
+                 const hllm::SamplerParams& sampler, double load_seconds) {
   // KV memory for what the sequences can hold: prompt and -n tokens each (the whole context
   // with -n -1), plus a block of slack each.
   const std::size_t per_sequence =
@@ -233,19 +231,15 @@ int run_parallel(const Options& options, const hllm::Llama<>& model,
                  static_cast<unsigned long long>(sampler.seed), hllm::to_string(options.kv_type));
     return 0;
   }
-  char line[256];
-  std::snprintf(line, sizeof line, "load time: %.3f s\n", load_seconds);
-  log(line);
-  std::snprintf(line, sizeof line, "parallel: %zu sequences of a %zu-token prompt, %zu steps\n",
-                options.parallel, prompt.size(), stats.steps);
-  log(line);
-  std::snprintf(line, sizeof line, "generated: %zu tokens in all, %.1f tokens/s together\n",
-                generated, gen_rate);
-  log(line);
-  std::snprintf(line, sizeof line, "kv cache: %.1f MiB (%s, %zu blocks of %zu tokens)\n",
-                double(stats.kv_blocks * stats.kv_block_bytes) / (1024.0 * 1024.0),
-                hllm::to_string(options.kv_type), stats.kv_blocks, hllm::kDefaultBlockTokens);
-  log(line);
+  if (options.log_disable) return 0;
+  std::fprintf(stderr, "load time: %.3f s\n", load_seconds);
+  std::fprintf(stderr, "parallel: %zu sequences of a %zu-token prompt, %zu steps\n",
+               options.parallel, prompt.size(), stats.steps);
+  std::fprintf(stderr, "generated: %zu tokens in all, %.1f tokens/s together\n", generated,
+               gen_rate);
+  std::fprintf(stderr, "kv cache: %.1f MiB (%s, %zu blocks of %zu tokens)\n",
+               double(stats.kv_blocks * stats.kv_block_bytes) / (1024.0 * 1024.0),
+               hllm::to_string(options.kv_type), stats.kv_blocks, hllm::kDefaultBlockTokens);
   return 0;
 }
 
@@ -288,21 +282,24 @@ int main(int argc, char** argv) {
     const bool prompt_given = options.prompt_given || !options.prompt_file.empty();
 
     const hllm::Llama<> model(config, std::move(weights));
-    hllm::Session<> session(
-        model, {.context = hllm::cli::session_context(options.context, config.context_length),
-                .max_batch = options.batch,
-                .threads = options.threads,
-                .isa = options.isa,
-                .kv_type = options.kv_type});
+    const std::size_t context = hllm::resolved_context(
+        hllm::cli::session_context(options.context, config.context_length), config);
+    // The session is made only where it is used: -np runs the engine, with a pool of its own.
+    const hllm::SessionOptions session_options{.context = context,
+                                               .max_batch = options.batch,
+                                               .threads = options.threads,
+                                               .isa = options.isa,
+                                               .kv_type = options.kv_type};
     const double load_seconds = seconds_since(load_start);
     hllm::SamplerParams sampler_params = options.sampler;
-    sampler_params.repeat_last_n = options.parser->repeat_last_n(session.context());
+    sampler_params.repeat_last_n = options.parser->repeat_last_n(context);
     hllm::Sampler sampler(sampler_params);
 
     if (options.conversation) {
       if (!tokenizer)
         throw hllm::Error(hllm::ErrorKind::invalid_argument,
                           "-cnv needs a model file with a tokenizer");
+      hllm::Session<> session(model, session_options);
       const hllm::ChatFormat format =
           hllm::cli::resolve_chat_format(options.chat_template, model_template);
       hllm::Conversation chat(session, *tokenizer, format, prompt_given ? prompt_text : "");
@@ -321,16 +318,17 @@ int main(int argc, char** argv) {
     log("model: %s\n", model_name.c_str());
     log("seed: %llu%s\n", static_cast<unsigned long long>(options.sampler.seed),
         options.seed_drawn ? " (random)" : "");
-    if (prompt.size() > session.context()) {
+    if (prompt.size() > context) {
       std::fprintf(stderr,
                    "hllm-generate: the prompt is %zu tokens, more than the context of %zu "
                    "tokens (-c)\n",
-                   prompt.size(), session.context());
+                   prompt.size(), context);
       return 1;
     }
     if (options.parallel > 1)
-      return run_parallel(options, model, tokenizer.get(), prompt, prompt_text, session.context(),
-                          sampler_params, load_seconds, [&](const char* text) { log("%s", text); });
+      return run_parallel(options, model, tokenizer.get(), prompt, prompt_text, context,
+                          sampler_params, load_seconds);
+    hllm::Session<> session(model, session_options);
     hllm::GenerateOptions generate_options{.max_tokens = options.n_predict};
     std::optional<hllm::StreamingDecoder> stream;
     const bool show_prompt = !options.no_display_prompt;

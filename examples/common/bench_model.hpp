@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "common/cli.hpp"
 #include "common/progress.hpp"
 #include "common/synthetic.hpp"
 #include "hllm/io/gguf_model.hpp"
@@ -20,6 +21,29 @@ struct BenchModel {
   std::string name;       // the file, or "PRESET (synthetic)"
   std::string type_name;  // the file type of the projections, e.g. "Q4_0"
 };
+
+// -m/--model, --preset and --type, as the benchmark programs take them.
+inline void model_source_options(cli::Parser& cli, std::string& path, std::string& preset,
+                                 std::string& type) {
+  cli.path("-m,--model", path, "Model file (or --preset)");
+  cli.text("--preset", preset,
+           "Random weights of a preset's shape: tinyllama-1.1b, llama-2-7b, llama-3-8b, "
+           "llama-3.2-1b, mistral-7b, tiny")
+      ->type_name("NAME");
+  cli.text("--type", type, "Weight type of a preset (default f32)")
+      ->type_name("f32|f16|bf16|q8_0|q4_0");
+}
+
+// After parsing: the preset's weight type from --type (a bad name fails the command line), or
+// f32 for a file, whose types are its own.
+inline DType preset_type(cli::Parser& cli, const std::string& path, const std::string& type) {
+  if (!path.empty()) return DType::f32;
+  try {
+    return parse_dtype(type);
+  } catch (const Error& e) {
+    cli.fail(e.message());
+  }
+}
 
 // path non-empty: the file; else the preset with weights of `type`. mode: as LoadOptions::repack
 // (automatic: the panels the kernels of run_isa read, and huge pages for a file's projections).
