@@ -195,6 +195,15 @@ TEST(Engine, RefusesRequestsThatCanNeverFit) {
   bad_sampler.sampler.top_p = 0.0f;
   expect_refused(bad_sampler, ErrorKind::invalid_argument, "top_p");
   EXPECT_EQ(engine.stats().waiting, 0u);
+  Request bad_limit = make_request({1, 2}, 0, -2);
+  expect_refused(bad_limit, ErrorKind::invalid_argument, "max_tokens must be >= 0");
+  // Options that cannot run: no sequence at a time, no tokens per step, a pool of no block.
+  hllm::test::expect_error([] { Engine<> e(engine_model(), {.max_sequences = 0}); },
+                           ErrorKind::invalid_argument, "", "", std::nullopt, "max_sequences");
+  hllm::test::expect_error([] { Engine<> e(engine_model(), {.max_step_tokens = 0}); },
+                           ErrorKind::invalid_argument, "", "", std::nullopt, "max_tokens");
+  hllm::test::expect_error([] { Engine<> e(engine_model(), {.kv_bytes = 100}); },
+                           ErrorKind::capacity, "", "", std::nullopt, "holds no block");
   // Unlimited generation stops at the pool's end rather than preempting itself forever.
   Completion c;
   Request unlimited = make_request(random_tokens(10, rng), 0, -1);
