@@ -2,7 +2,7 @@
 //
 //   hllm-chat -m FILE.gguf [-t N] [-c N] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
 //             [--repeat-penalty R] [--repeat-last-n N] [-s SEED] [--system TEXT]
-//             [--chat-template NAME|FILE] [--isa ISA] [--kv-type f32|f16|bf16|q8_0]
+//             [--chat-template NAME|FILE] [--isa ISA] [--kv-type f32|f16|bf16|q8_0|q4_0|fp8]
 //             [--pre-tokenizer NAME] [--log-disable]
 //
 // Reads one user message per line from stdin until EOF or "/exit", and streams each reply to

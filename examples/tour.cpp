@@ -100,8 +100,9 @@ int main(int argc, char** argv) try {
 
   std::printf("== kv-type\n");
   // [tour:kv-type]
-  // The KV cache's element type is a session option: f32 (default), f16, bf16, or ggml's Q8_0
-  // blocks (8.5 bits per value, 27% of f32's memory). One model serves sessions of each.
+  // The KV cache's element type is a session option: f32 (default), f16, bf16, or blocks of 32
+  // values: ggml's Q8_0 (8.5 bits per value, 27% of f32's memory) and Q4_0, or FP8 E4M3. One
+  // model serves sessions of each.
   hllm::Session<> q8_session(model, {.kv_type = hllm::KVType::q8_0});
   const std::span<const float> logits = q8_session.prefill(tokenizer.encode("In the beginning"));
   std::printf("%zu logits from a %s cache of %zu tokens, %zu bytes\n", logits.size(),

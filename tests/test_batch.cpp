@@ -27,7 +27,8 @@ using hllm::KVBlockTable;
 using hllm::KVType;
 using hllm::Logits;
 
-// Two layers, GQA (8 query heads on 2 KV heads of 32 dims: Q8_0 caches need multiples of 32),
+// Two layers, GQA (8 query heads on 2 KV heads of 32 dims: the block-type caches need multiples
+// of 32),
 // wide enough that matmuls and attention split across two threads.
 hllm::ModelConfig batch_config() {
   hllm::ModelConfig c;
@@ -135,7 +136,7 @@ TEST(BatchedForward, EachSequenceGetsItsSessionLogitsInAnyBatch) {
                              false);
       const hllm::Llama<> model(c, std::move(weights));
       for (hllm::Isa isa : hllm::test::supported_isas())
-        for (KVType kv : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
+        for (KVType kv : hllm::kKVTypes)
           for (std::size_t threads : {1u, 2u}) {
             SCOPED_TRACE(hllm::dtype_name(model.weights().layers[0].wq.type) + " " +
                          hllm::to_string(isa) + " kv " + hllm::to_string(kv) + " threads " +

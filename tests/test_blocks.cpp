@@ -291,6 +291,100 @@ TEST(KVCache, Q8_0RowsReadBackWithinHalfAStep) {
                            hllm::ErrorKind::unsupported, "", "", std::nullopt, "multiple of 32");
 }
 
+// Rows of `cache` (any element type) stored from random values, each value read back checked by
+// within(x, read, block) (block: the 32 values x's own block was quantized from); and rows of
+// different layers, heads and positions land in their own places.
+template <class KV, class Within>
+void expect_rows_read_back_within(Within within) {
+  constexpr std::size_t kLayers = 2, kHeads = 3, kHeadDim = 64, kCapacity = 5;
+  hllm::KVCache<KV> cache(kLayers, kHeads, kHeadDim, kCapacity);
+  auto row_values = [](std::size_t layer, std::size_t position, int which) {
+    // Spread over several binades, so FP8's subnormals and Q4_0's clamp are reached.
+    auto v = hllm::test::random_vector(kHeads * kHeadDim,
+                                       static_cast<unsigned>(100 * layer + 10 * position + which));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] *= std::ldexp(1.0f, -static_cast<int>(i % 11));
+    return v;
+  };
+  for (std::size_t layer = 0; layer < kLayers; ++layer)
+    for (std::size_t p = 0; p < kCapacity; ++p)
+      cache.store(layer, p, row_values(layer, p, 0).data(), row_values(layer, p, 1).data());
+  for (std::size_t layer = 0; layer < kLayers; ++layer)
+    for (std::size_t h = 0; h < kHeads; ++h)
+      for (std::size_t p = 0; p < kCapacity; ++p)
+        for (int which : {0, 1}) {
+          const std::vector<float> x = row_values(layer, p, which);
+          const KV* row = which == 0 ? cache.keys(layer, h, p) : cache.values(layer, h, p);
+          for (std::size_t d = 0; d < kHeadDim; ++d) {
+            const float* block = x.data() + h * kHeadDim + d / 32 * 32;
+            ASSERT_TRUE(within(x[h * kHeadDim + d], hllm::kv_value(row, d), block))
+                << "layer " << layer << " head " << h << " position " << p << " value " << d << ": "
+                << x[h * kHeadDim + d] << " read back as " << hllm::kv_value(row, d);
+          }
+        }
+}
+
+// A Q4_0 cache stores rows with ggml's reference Q4_0 rounding: d = m / -8 for m the block's
+// value of largest magnitude, so the block spans [-8, 7] steps of |d| = max|x| / 8; a value reads
+// back within half a step, except those past 7.5 steps on the side opposite m, which clamp to 7
+// (within one step); plus 8 · 2^-11 steps for the f16 rounding of d.
+TEST(KVCache, Q4_0RowsReadBackWithinHalfAStep) {
+  EXPECT_EQ(hllm::KVCache<hllm::BlockQ4_0>(2, 3, 64, 5).bytes(), 2u * 2 * 3 * 5 * 2 * 18);
+  std::size_t clamped = 0;
+  expect_rows_read_back_within<hllm::BlockQ4_0>([&](float x, float read, const float* block) {
+    float m = 0.0f;
+    for (std::size_t i = 0; i < 32; ++i)
+      if (std::fabs(block[i]) > std::fabs(m)) m = block[i];
+    const float step = std::fabs(m) / 8.0f;
+    const bool clamp = x / (m / -8.0f) > 7.5f;
+    clamped += clamp;
+    return std::fabs(read - x) <= step * ((clamp ? 1.0f : 0.5f) + 8.0f / 2048.0f) + 1e-7f * step;
+  });
+  EXPECT_GT(clamped, 0u);  // the clamp was exercised
+  hllm::test::expect_error([] { hllm::KVCache<hllm::BlockQ4_0>(1, 1, 48, 4); },
+                           hllm::ErrorKind::unsupported, "", "", std::nullopt,
+                           "a q4_0 KV cache needs head_dim to be a multiple of 32");
+}
+
+// An FP8 cache: d = max|x| / 448 (stored as f16) and each x / d rounded to the nearest E4M3,
+// so a value reads back within half an E4M3 step: 2^-4 of its magnitude where x / d is normal,
+// 2^-10 · d among the subnormals (|x / d| < 2^-6). Where the f16 rounding of d pushes x / d past
+// 448, the saturation costs at most 448 · 2^-11 · d, far inside the first bound.
+TEST(KVCache, FP8RowsReadBackWithinHalfAStep) {
+  EXPECT_EQ(hllm::KVCache<hllm::BlockFP8>(2, 3, 64, 5).bytes(), 2u * 2 * 3 * 5 * 2 * 34);
+  std::size_t subnormal = 0;
+  expect_rows_read_back_within<hllm::BlockFP8>([&](float x, float read, const float* block) {
+    float amax = 0.0f;
+    for (std::size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(block[i]));
+    const float d = hllm::f16::from_float(amax / 448.0f).to_float();
+    const bool small = std::fabs(x) < std::ldexp(d, -6);
+    subnormal += small;
+    const float bound = small ? std::ldexp(d, -10) : std::ldexp(std::fabs(x), -4);
+    return std::fabs(read - x) <= bound * (1.0f + 1e-6f);
+  });
+  EXPECT_GT(subnormal, 0u);  // the subnormals were exercised
+  hllm::test::expect_error([] { hllm::KVCache<hllm::BlockFP8>(1, 1, 48, 4); },
+                           hllm::ErrorKind::unsupported, "", "", std::nullopt,
+                           "a fp8 KV cache needs head_dim to be a multiple of 32");
+}
+
+// The FP8 quantizer's block: the largest magnitude lands on ±448·d, d is amax / 448 in f16, an
+// all-zero block is zeros with d = 0, and the codes are the nearest E4M3 of x / d.
+TEST(KVCache, FP8BlockScaleAndCodes) {
+  float x[32];
+  for (std::size_t i = 0; i < 32; ++i) x[i] = 0.01f * static_cast<float>(i) - 0.1f;
+  x[7] = -3.5f;
+  hllm::BlockFP8 b;
+  hllm::quantize_block_fp8(x, b);
+  EXPECT_EQ(b.d.bits, hllm::f16::from_float(3.5f / 448.0f).bits);
+  EXPECT_EQ(b.qs[7], 0xfe);  // -448
+  for (std::size_t i = 0; i < 32; ++i)
+    EXPECT_EQ(b.qs[i], hllm::e4m3_from_float(x[i] / b.d.to_float())) << i;
+  const float zeros[32] = {};
+  hllm::quantize_block_fp8(zeros, b);
+  EXPECT_EQ(b.d.bits, 0u);
+  for (std::size_t i = 0; i < 32; ++i) EXPECT_EQ(hllm::fp8_value(b, i), 0.0f);
+}
+
 // --- SwiGLU and the block ------------------------------------------------------------------
 
 TEST(SwiGLU, MatchesPyTorch) {

@@ -1,4 +1,4 @@
-// core/: errors, aligned buffers, f16/bf16 conversion, tensor views.
+// core/: errors, aligned buffers, f16/bf16/FP8 E4M3 conversion, tensor views.
 
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 
 #include "hllm/core/aligned_buffer.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/core/fp8.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/tensor.hpp"
 
@@ -171,6 +172,94 @@ TEST(BF16, SpecialValuesAndSubnormals) {
       EXPECT_EQ(bf16::from_float(h.to_float()).bits, h.bits);
     }
   }
+}
+
+// --- FP8 E4M3 ------------------------------------------------------------------------------
+
+// Byte b's value from the E4M3 definition alone (sign, exponent e with bias 7, mantissa m):
+// (1 + m/8)·2^(e − 7) for e > 0, (m/8)·2^-6 for e = 0. S.1111.111 is E4M3FN's NaN; the codec
+// reads it as ±480 (what its bits give as a normal number: it never writes it).
+float e4m3_definition(std::uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const float magnitude = e == 0 ? std::ldexp(static_cast<float>(m), -9)
+                                 : std::ldexp(static_cast<float>(8 + m), e - 10);
+  return (b & 0x80) ? -magnitude : magnitude;
+}
+bool is_e4m3_nan_code(unsigned b) { return (b & 0x7f) == 0x7f; }
+
+TEST(FP8, EveryCodeDecodesToItsDefinedValue) {
+  for (unsigned b = 0; b < 256; ++b) {
+    const float v = hllm::e4m3_to_float(static_cast<std::uint8_t>(b));
+    EXPECT_EQ(std::signbit(v), (b & 0x80) != 0) << std::hex << b;
+    EXPECT_EQ(v, e4m3_definition(static_cast<std::uint8_t>(b))) << std::hex << b;
+  }
+  // Landmarks: 1, the largest finite value, the smallest normal and subnormal.
+  EXPECT_EQ(hllm::e4m3_to_float(0x38), 1.0f);
+  EXPECT_EQ(hllm::e4m3_to_float(0x7e), 448.0f);
+  EXPECT_EQ(hllm::e4m3_to_float(0xfe), -448.0f);
+  EXPECT_EQ(hllm::e4m3_to_float(0x08), std::ldexp(1.0f, -6));
+  EXPECT_EQ(hllm::e4m3_to_float(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(hllm::e4m3_to_float(0x7f), 480.0f);  // the NaN code, never written
+}
+
+TEST(FP8, EveryFiniteCodeRoundTrips) {
+  for (unsigned b = 0; b < 256; ++b) {
+    if (is_e4m3_nan_code(b)) continue;
+    const auto code = static_cast<std::uint8_t>(b);
+    EXPECT_EQ(hllm::e4m3_from_float(hllm::e4m3_to_float(code)), code) << std::hex << b;
+  }
+}
+
+// Between two neighbouring codes, the midpoint goes to the one with an even mantissa and
+// anything off it to the nearer one, on both signs, subnormals and the normal boundary included.
+TEST(FP8, RoundsToNearestTiesToEven) {
+  for (unsigned b = 0; b < 0x7e; ++b) {
+    for (const unsigned sign : {0x00u, 0x80u}) {
+      const auto lo = static_cast<std::uint8_t>(sign | b), hi = static_cast<std::uint8_t>(lo + 1);
+      const float a = e4m3_definition(lo), c = e4m3_definition(hi);
+      const float mid = (a + c) / 2;  // exact: a and c have at most 4 significant bits
+      const std::uint8_t even = (b & 1) ? hi : lo;
+      EXPECT_EQ(hllm::e4m3_from_float(mid), even) << std::hex << unsigned{lo};
+      EXPECT_EQ(hllm::e4m3_from_float(std::nextafter(mid, a)), lo) << std::hex << unsigned{lo};
+      EXPECT_EQ(hllm::e4m3_from_float(std::nextafter(mid, c)), hi) << std::hex << unsigned{lo};
+    }
+  }
+  // Half the smallest subnormal is a tie with 0 (even); below it everything is a signed 0.
+  EXPECT_EQ(hllm::e4m3_from_float(std::ldexp(1.0f, -10)), 0x00);
+  EXPECT_EQ(hllm::e4m3_from_float(-std::ldexp(1.0f, -10)), 0x80);
+  EXPECT_EQ(hllm::e4m3_from_float(1e-30f), 0x00);
+  EXPECT_EQ(hllm::e4m3_from_float(bits_to_float(0x00000001u)), 0x00);  // a float subnormal
+  EXPECT_EQ(hllm::e4m3_from_float(-0.0f), 0x80);
+  // Random values: the result is at least as near as both neighbouring codes.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-447.0f, 447.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float v = dist(rng) * (i % 3 == 0 ? 1e-3f : 1.0f);
+    const std::uint8_t q = hllm::e4m3_from_float(v);
+    const float r = e4m3_definition(q);
+    if ((q & 0x7f) < 0x7e) {
+      EXPECT_LE(std::fabs(r - v), std::fabs(e4m3_definition(q + 1) - v)) << v;
+    }
+    if ((q & 0x7f) > 0) {
+      EXPECT_LE(std::fabs(r - v), std::fabs(e4m3_definition(q - 1) - v)) << v;
+    }
+  }
+}
+
+TEST(FP8, SaturatesAt448AndWritesNoNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float v : {448.0f, 449.0f, 464.0f, 480.0f, 1e6f, inf}) {
+    EXPECT_EQ(hllm::e4m3_from_float(v), 0x7e) << v;
+    EXPECT_EQ(hllm::e4m3_from_float(-v), 0xfe) << v;
+  }
+  EXPECT_EQ(hllm::e4m3_from_float(std::nextafter(448.0f, 0.0f)), 0x7e);
+  EXPECT_EQ(hllm::e4m3_from_float(std::numeric_limits<float>::quiet_NaN()), 0x00);
+  EXPECT_EQ(hllm::e4m3_from_float(-std::numeric_limits<float>::quiet_NaN()), 0x00);
+  // No float at all becomes a NaN code: a sweep over every 2^12-th bit pattern.
+  for (std::uint64_t bits = 0; bits < (std::uint64_t{1} << 32); bits += 4096)
+    ASSERT_FALSE(
+        is_e4m3_nan_code(hllm::e4m3_from_float(bits_to_float(static_cast<std::uint32_t>(bits)))))
+        << std::hex << bits;
 }
 
 // --- tensor views --------------------------------------------------------------------------

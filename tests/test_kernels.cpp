@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,8 +38,8 @@ std::vector<T> to_type(const std::vector<float>& v) {
   return out;
 }
 
-// Cache rows of head_dim values, written as the KV cache writes them (store_kv_row: Q8_0 rows
-// are quantized per 32 values).   values: [n][head_dim]
+// Cache rows of head_dim values, written as the KV cache writes them (store_kv_row: rows of the
+// block types are quantized per 32 values).   values: [n][head_dim]
 template <class KV>
 std::vector<KV> kv_rows(const std::vector<float>& values, std::size_t head_dim) {
   const std::size_t n = values.size() / head_dim, per_row = hllm::kv_row_elements<KV>(head_dim);
@@ -227,8 +228,9 @@ void check_attention(Isa isa, std::size_t n_keys, std::size_t head_dim) {
                                                       head_dim, scale, actual.data());
   // Scores differ by the dot-product bound (|q||k| ~ head_dim here, times 2·head_dim·u), which
   // moves softmax weights by the same relative amount; the output is a convex combination of
-  // values of size ~1, so 1e-5 of the output scale covers head_dim up to 128 with margin. (Q8_0
-  // rows: both read the same dequantized values, d·q rounded once, so the same bound holds.)
+  // values of size ~1, so 1e-5 of the output scale covers head_dim up to 128 with margin. (Rows
+  // of the block types: both read the same dequantized values, d·q rounded once, so the same
+  // bound holds.)
   EXPECT_TRUE(hllm::test::all_close(actual, expected, 1e-5f))
       << hllm::to_string(isa) << " keys " << n_keys << " head_dim " << head_dim;
 }
@@ -239,7 +241,11 @@ TEST_P(KernelIsa, AttentionMatchesReference) {
       check_attention<float>(GetParam(), n_keys, head_dim);
       check_attention<hllm::f16>(GetParam(), n_keys, head_dim);
       check_attention<hllm::bf16>(GetParam(), n_keys, head_dim);
-      if (head_dim % 32 == 0) check_attention<hllm::BlockQ8_0>(GetParam(), n_keys, head_dim);
+      if (head_dim % 32 == 0) {
+        check_attention<hllm::BlockQ8_0>(GetParam(), n_keys, head_dim);
+        check_attention<hllm::BlockQ4_0>(GetParam(), n_keys, head_dim);
+        check_attention<hllm::BlockFP8>(GetParam(), n_keys, head_dim);
+      }
     }
 }
 
@@ -268,9 +274,53 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
     for (std::size_t n_keys : {1u, 15u, 16u, 17u, 100u})
       for (std::size_t head_dim : {16u, 20u, 64u, 128u}) {
         check_grouped_attention<hllm::f16>(GetParam(), group, n_keys, head_dim);
-        if (head_dim % 32 == 0)
+        if (head_dim % 32 == 0) {
           check_grouped_attention<hllm::BlockQ8_0>(GetParam(), group, n_keys, head_dim);
+          check_grouped_attention<hllm::BlockQ4_0>(GetParam(), group, n_keys, head_dim);
+          check_grouped_attention<hllm::BlockFP8>(GetParam(), group, n_keys, head_dim);
+        }
       }
+}
+
+// One key, so softmax gives it weight 1 and every attention path returns its value row exactly
+// (0·correction + 1·v, divided by 1): a row holding every code of a block type shows each
+// ISA's vector decode equals kv_value bit for bit, on the one-head and the grouped paths. FP8
+// and Q8_0: all 256 byte codes (8 blocks; FP8's two NaN codes included, which read as ±480);
+// Q4_0: all 16 nibbles in both halves of every block. Scales that are not powers of two, so the
+// product's rounding is checked too.
+template <class KV>
+void check_every_code_decodes_as_kv_value(Isa isa) {
+  constexpr std::size_t kHeadDim = 256, kBlocks = kHeadDim / 32;
+  std::vector<KV> v(kBlocks);
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    v[b].d = hllm::f16::from_float(0.3f + 0.77f * static_cast<float>(b));
+    for (std::size_t i = 0; i < sizeof(v[b].qs); ++i) {
+      using Code = std::remove_reference_t<decltype(v[b].qs[i])>;
+      if constexpr (std::is_same_v<KV, hllm::BlockQ4_0>)  // low nibble i + b, high 15 - i + b
+        v[b].qs[i] = static_cast<Code>(((i + b) & 15) | (((15 - i + b) & 15) << 4));
+      else  // every byte: int8 codes for Q8_0, E4M3 codes for FP8
+        v[b].qs[i] = static_cast<Code>(32 * b + i);
+    }
+  }
+  const std::vector<KV> k = v;
+  const auto q = hllm::test::random_vector(4 * kHeadDim, 3, 1e-3f);
+  const auto& table = hllm::kernels::table_for(isa);
+  std::vector<float> head(kHeadDim), group(4 * kHeadDim);
+  table.attend_head_for<KV>()(q.data(), k.data(), v.data(), 1, kHeadDim, 0.0625f, head.data());
+  table.attend_group_for<KV>()(q.data(), k.data(), v.data(), 1, kHeadDim, 4, 0.0625f, group.data());
+  for (std::size_t d = 0; d < kHeadDim; ++d) {
+    const float expected = hllm::kv_value(v.data(), d);
+    ASSERT_EQ(head[d], expected) << hllm::to_string(isa) << " value " << d;
+    for (std::size_t g = 0; g < 4; ++g)
+      ASSERT_EQ(group[g * kHeadDim + d], expected)
+          << hllm::to_string(isa) << " head " << g << " value " << d;
+  }
+}
+
+TEST_P(KernelIsa, EveryBlockCodeDecodesAsKvValue) {
+  check_every_code_decodes_as_kv_value<hllm::BlockQ8_0>(GetParam());
+  check_every_code_decodes_as_kv_value<hllm::BlockQ4_0>(GetParam());
+  check_every_code_decodes_as_kv_value<hllm::BlockFP8>(GetParam());
 }
 
 // Attention through a paged cache's block table (rows spread over shuffled blocks of a pool,
@@ -332,6 +382,10 @@ TEST_P(KernelIsa, PagedAttentionIsTheContiguousKernelBitForBit) {
                                                block_tokens);
               check_paged_attention<hllm::BlockQ8_0>(GetParam(), group, first, n_keys, head_dim,
                                                      block_tokens);
+              check_paged_attention<hllm::BlockQ4_0>(GetParam(), group, first, n_keys, head_dim,
+                                                     block_tokens);
+              check_paged_attention<hllm::BlockFP8>(GetParam(), group, first, n_keys, head_dim,
+                                                    block_tokens);
             }
           }
 }

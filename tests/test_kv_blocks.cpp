@@ -433,6 +433,8 @@ TEST(PagedKVStorage, CopyOnWriteLeavesTheSiblingUntouched) {
   expect_copy_on_write_leaves_the_sibling_untouched<hllm::f16>();
   expect_copy_on_write_leaves_the_sibling_untouched<hllm::bf16>();
   expect_copy_on_write_leaves_the_sibling_untouched<hllm::BlockQ8_0>();
+  expect_copy_on_write_leaves_the_sibling_untouched<hllm::BlockQ4_0>();
+  expect_copy_on_write_leaves_the_sibling_untouched<hllm::BlockFP8>();
 }
 
 TEST(KVBlockTable, ACopyTheFullPoolCannotMakeChangesNothing) {
@@ -550,6 +552,8 @@ TEST(PagedKVStorage, PagedAttentionEqualsTheContiguousCacheBitForBit) {
     expect_paged_attention_equals_kv_cache<hllm::f16>(isa);
     expect_paged_attention_equals_kv_cache<hllm::bf16>(isa);
     expect_paged_attention_equals_kv_cache<hllm::BlockQ8_0>(isa);
+    expect_paged_attention_equals_kv_cache<hllm::BlockQ4_0>(isa);
+    expect_paged_attention_equals_kv_cache<hllm::BlockFP8>(isa);
   }
 }
 
@@ -558,6 +562,8 @@ TEST(PagedKVStorage, RowsReadBackForEveryElementType) {
   expect_rows_read_back<hllm::f16>();
   expect_rows_read_back<hllm::bf16>();
   expect_rows_read_back<hllm::BlockQ8_0>();
+  expect_rows_read_back<hllm::BlockQ4_0>();
+  expect_rows_read_back<hllm::BlockFP8>();
 }
 
 TEST(PagedKVStorage, SizesFromABudgetAndRefusesBadShapes) {
@@ -575,6 +581,14 @@ TEST(PagedKVStorage, SizesFromABudgetAndRefusesBadShapes) {
             16u * 22 * 2 * 4 * 2 * 34);
   expect_kind([] { hllm::PagedKVStorage<hllm::BlockQ8_0>(4, 16, 1, 1, 48); },
               ErrorKind::unsupported, "multiple of 32");
+  EXPECT_EQ(hllm::PagedKVStorage<hllm::BlockQ4_0>::block_bytes(16, 22, 4, 64),
+            16u * 22 * 2 * 4 * 2 * 18);
+  expect_kind([] { hllm::PagedKVStorage<hllm::BlockQ4_0>(4, 16, 1, 1, 48); },
+              ErrorKind::unsupported, "a q4_0 KV cache needs head_dim to be a multiple of 32");
+  EXPECT_EQ(hllm::PagedKVStorage<hllm::BlockFP8>::block_bytes(16, 22, 4, 64),
+            16u * 22 * 2 * 4 * 2 * 34);
+  expect_kind([] { hllm::PagedKVStorage<hllm::BlockFP8>(4, 16, 1, 1, 48); }, ErrorKind::unsupported,
+              "a fp8 KV cache needs head_dim to be a multiple of 32");
   expect_kind([] { S(4, 16, 0, 1, 64); }, ErrorKind::invalid_argument);
   expect_kind([] { S(0, 16, 1, 1, 64); }, ErrorKind::invalid_argument);
   const std::size_t huge = std::size_t{1} << 20;
@@ -584,8 +598,7 @@ TEST(PagedKVStorage, SizesFromABudgetAndRefusesBadShapes) {
 }
 
 TEST(AnyPagedKVStorage, ChoosesTheElementTypeAtRunTime) {
-  for (const hllm::KVType type :
-       {hllm::KVType::f32, hllm::KVType::f16, hllm::KVType::bf16, hllm::KVType::q8_0}) {
+  for (const hllm::KVType type : hllm::kKVTypes) {
     hllm::AnyPagedKVStorage s(type, 3, 16, 2, 2, 64);
     EXPECT_EQ(s.type(), type);
     EXPECT_EQ(s.block_bytes(), hllm::AnyPagedKVStorage::block_bytes(type, 16, 2, 2, 64));
@@ -606,6 +619,16 @@ TEST(AnyPagedKVStorage, ChoosesTheElementTypeAtRunTime) {
   expect_kind([&] { (void)q8.get<float>(); }, ErrorKind::invalid_argument, "holds q8_0");
   expect_kind([] { hllm::AnyPagedKVStorage(hllm::KVType::q8_0, 1, 16, 1, 1, 40); },
               ErrorKind::unsupported);
+  const hllm::AnyPagedKVStorage q4(hllm::KVType::q4_0, 1, 16, 1, 1, 32);
+  EXPECT_NO_THROW((void)q4.get<hllm::BlockQ4_0>());
+  EXPECT_EQ(q4.block_bytes(), 2u * 16 * 18);
+  expect_kind([&] { (void)q4.get<hllm::BlockQ8_0>(); }, ErrorKind::invalid_argument,
+              "holds q4_0, not q8_0");
+  const hllm::AnyPagedKVStorage fp8(hllm::KVType::fp8, 1, 16, 1, 1, 32);
+  EXPECT_NO_THROW((void)fp8.get<hllm::BlockFP8>());
+  EXPECT_EQ(fp8.block_bytes(), 2u * 16 * 34);
+  expect_kind([&] { (void)fp8.get<hllm::BlockQ8_0>(); }, ErrorKind::invalid_argument,
+              "holds fp8, not q8_0");
 }
 
 // --- randomized: everything together against a model -----------------------------------------

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -371,16 +372,28 @@ TEST(Session, KVTypeIsChosenAtRunTime) {
                          f32_logits.end()));
 
   // Every type on the one model: its own size, logits near the f32 cache's (bounds as in
-  // HalfPrecisionWeightsAndCacheStayClose and Q8_0CacheAgreesAcrossPaths...).
+  // HalfPrecisionWeightsAndCacheStayClose and Q8_0CacheAgreesAcrossPaths...). Q4_0 and FP8
+  // by the same argument: a Q4_0 value moves by at most half a step, 1/16 of its block's
+  // largest magnitude (16 times Q8_0's 1/254: 16 × 2% = 32% at most); an FP8 value by at most
+  // 2^-4 of its own magnitude, so 1/16 of the block's largest at most too, but, with 3 mantissa
+  // bits kept at every magnitude, far less on average. Measured: 0.5% (Q8_0), 8% (Q4_0, about
+  // 16 times Q8_0's, as the steps are) and 2% (FP8) of the logits' scale; the 20% and 5% below
+  // leave room and still fail on a misread block (a Q4_0 kernel that swaps a block's halves
+  // moves them by 76% of their scale).
   const std::size_t values = 2 * 2 * 2 * 128 * 32;  // keys and values · layers · kv heads · ctx · d
   const struct {
     hllm::KVType type;
     std::size_t bytes;
     float tolerance;
-  } cases[] = {{hllm::KVType::f32, values * 4, 0.0f},
-               {hllm::KVType::f16, values * 2, 1e-2f},
-               {hllm::KVType::bf16, values * 2, 5e-2f},
-               {hllm::KVType::q8_0, values / 32 * 34, 2e-2f}};
+  } cases[] = {
+      {hllm::KVType::f32, values * 4, 0.0f},          // 4 bytes per value
+      {hllm::KVType::f16, values * 2, 1e-2f},         // 2
+      {hllm::KVType::bf16, values * 2, 5e-2f},        // 2
+      {hllm::KVType::q8_0, values / 32 * 34, 2e-2f},  // 34 per 32 values
+      {hllm::KVType::q4_0, values / 32 * 18, 2e-1f},  // 18 per 32
+      {hllm::KVType::fp8, values / 32 * 34, 5e-2f},   // 34 per 32
+  };
+  static_assert(std::size(cases) == std::size(hllm::kKVTypes), "a case for every KV type");
   for (const auto& k : cases) {
     SCOPED_TRACE(hllm::to_string(k.type));
     hllm::Session<> session(model, {.kv_type = k.type});
@@ -399,11 +412,15 @@ TEST(Session, KVTypeIsChosenAtRunTime) {
 }
 
 TEST(Session, KVTypeNamesRoundTrip) {
-  for (hllm::KVType t :
-       {hllm::KVType::f32, hllm::KVType::f16, hllm::KVType::bf16, hllm::KVType::q8_0})
-    EXPECT_EQ(hllm::kv_type_from_name(hllm::to_string(t)), t);
-  EXPECT_FALSE(hllm::kv_type_from_name("q4_0").has_value());
+  for (hllm::KVType t : hllm::kKVTypes) EXPECT_EQ(hllm::kv_type_from_name(hllm::to_string(t)), t);
+  // llama.cpp's --cache-type-k names, plus fp8.
+  EXPECT_EQ(hllm::kv_type_from_name("q4_0"), hllm::KVType::q4_0);
+  EXPECT_EQ(hllm::kv_type_from_name("fp8"), hllm::KVType::fp8);
+  EXPECT_STREQ(hllm::to_string(hllm::KVType::fp8), "fp8");
+  EXPECT_EQ(hllm::kv_type_names(), "f32, f16, bf16, q8_0, q4_0 or fp8");
+  EXPECT_FALSE(hllm::kv_type_from_name("q5_1").has_value());
   EXPECT_FALSE(hllm::kv_type_from_name("F16").has_value());
+  EXPECT_FALSE(hllm::kv_type_from_name("fp8_e4m3").has_value());
 }
 
 // Unless it asks, a session gets llama.cpp's default context, or the model's if shorter.

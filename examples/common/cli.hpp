@@ -238,11 +238,12 @@ class Parser {
             [&target](const std::string& v) {
               if (const auto type = kv_type_from_name(v)) target = *type;
             },
-            "The KV cache's element type (default f32; q8_0 takes a quarter of the memory)")
-        ->type_name("f32|f16|bf16|q8_0")
+            "The KV cache's element type (default f32; f16 and bf16 take half the memory, q8_0 "
+            "and fp8 (E4M3, a scale per 32 values) about a quarter, q4_0 about a seventh)")
+        ->type_name("f32|f16|bf16|q8_0|q4_0|fp8")
         ->check(check([](const std::string& v) {
           if (!kv_type_from_name(v))
-            throw UsageError("--kv-type must be f32, f16, bf16 or q8_0, got '" + v + "'");
+            throw UsageError("--kv-type must be " + kv_type_names() + ", got '" + v + "'");
         }));
   }
 

@@ -13,7 +13,7 @@
 //
 // It defines the kernel tables, one per ISA (the kernel bodies come from kernels/isa_kernels.hpp,
 // inline), and hllm::kernels::table_for(), which kernels/dispatch.hpp declares; and it
-// instantiates Session<>, Llama<> and the four KVCache<KV>, which their headers declare extern. A
+// instantiates Session<>, Llama<> and the six KVCache<KV>, which their headers declare extern. A
 // second translation unit including this header breaks the link (table_for defined twice); a
 // program with none fails to link with "undefined reference to hllm::kernels::table_for".
 
@@ -29,41 +29,39 @@
 #include "hllm/simd/isa.hpp"
 
 // quant_ns: where the integer-dot kernels come from (AVX-512 has a VNNI build beside it).
-#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                           \
-  KernelTable {                                                                                   \
-    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul,    \
-        &ns::rope, &ns::attend_head_rows<float>, &ns::attend_head_rows<f16>,                      \
-        &ns::attend_head_rows<bf16>, &ns::attend_head_rows<BlockQ8_0>,                            \
-        &ns::attend_group_rows<float>, &ns::attend_group_rows<f16>, &ns::attend_group_rows<bf16>, \
-        &ns::attend_group_rows<BlockQ8_0>, &ns::quantize_activations, &quant_ns::matmul_q8_0,     \
-        &quant_ns::matmul_q4_0, &quant_ns::matmul_q4_k, &quant_ns::matmul_q5_k,                   \
-        &quant_ns::matmul_q6_k, &ns::matmul_dequant<BlockQ8_0, kQK8_0>,                           \
-        &ns::matmul_dequant<BlockQ4_0, kQK4_0>, &ns::matmul_dequant<BlockQ4_1, kQK4_1>,           \
-        &ns::matmul_dequant<BlockQ4_K, kQK_K>, &ns::matmul_dequant<BlockQ5_K, kQK_K>,             \
-        &ns::matmul_dequant<BlockQ6_K, kQK_K>, &quant_ns::matmul_x8<BlockQ8_0>,                   \
-        &quant_ns::matmul_x8<BlockQ4_0>, &quant_ns::matmul_x8<BlockQ4_K>,                         \
-        &quant_ns::matmul_x8<BlockQ6_K>, &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>,                \
-        &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>,        \
-        &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>, &ns::matmul_bf16_x16, nullptr,                   \
-        &quant_ns::matmul_x16<BlockQ8_0>, &quant_ns::matmul_x16<BlockQ4_0>,                       \
-        &quant_ns::matmul_x16<BlockQ4_K>, &quant_ns::matmul_x16<BlockQ6_K>,                       \
-        &ns::matmul_dequant<BlockQ8_0x16, kQK8_0>, &ns::matmul_dequant<BlockQ4_0x16, kQK4_0>,     \
-        &ns::matmul_dequant<BlockQ4_Kx16, kQK_K>, &ns::matmul_dequant<BlockQ6_Kx16, kQK_K>        \
+#define HLLM_KERNEL_TABLE(ns, quant_ns)                                                        \
+  KernelTable {                                                                                \
+    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul, \
+        &ns::rope, &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,  \
+        &quant_ns::matmul_q4_k, &quant_ns::matmul_q5_k, &quant_ns::matmul_q6_k,                \
+        &ns::matmul_dequant<BlockQ8_0, kQK8_0>, &ns::matmul_dequant<BlockQ4_0, kQK4_0>,        \
+        &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,         \
+        &ns::matmul_dequant<BlockQ5_K, kQK_K>, &ns::matmul_dequant<BlockQ6_K, kQK_K>,          \
+        &quant_ns::matmul_x8<BlockQ8_0>, &quant_ns::matmul_x8<BlockQ4_0>,                      \
+        &quant_ns::matmul_x8<BlockQ4_K>, &quant_ns::matmul_x8<BlockQ6_K>,                      \
+        &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>, &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>,    \
+        &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>, &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>,      \
+        &ns::matmul_bf16_x16, nullptr, &quant_ns::matmul_x16<BlockQ8_0>,                       \
+        &quant_ns::matmul_x16<BlockQ4_0>, &quant_ns::matmul_x16<BlockQ4_K>,                    \
+        &quant_ns::matmul_x16<BlockQ6_K>, &ns::matmul_dequant<BlockQ8_0x16, kQK8_0>,           \
+        &ns::matmul_dequant<BlockQ4_0x16, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx16, kQK_K>,   \
+        &ns::matmul_dequant<BlockQ6_Kx16, kQK_K>                                               \
   }
 
 namespace hllm::kernels {
 
-// A table with the paged-attention entries of namespace ns filled in, by name.
-#define HLLM_PAGED_ATTENTION(ns, table)                                                     \
-  with_paged_attention(table, &ns::attend_group_paged<float>, &ns::attend_group_paged<f16>, \
-                       &ns::attend_group_paged<bf16>, &ns::attend_group_paged<BlockQ8_0>)
-inline KernelTable with_paged_attention(KernelTable table, AttendGroupPagedFn f32,
-                                        AttendGroupPagedFn f16, AttendGroupPagedFn bf16,
-                                        AttendGroupPagedFn q8_0) {
-  table.attend_group_paged_f32 = f32;
-  table.attend_group_paged_f16 = f16;
-  table.attend_group_paged_bf16 = bf16;
-  table.attend_group_paged_q8_0 = q8_0;
+// A table with the attention entries of namespace ns filled in for every cache element type
+// (kKVTypes): the lambda names ns's three kernels of one type.
+#define HLLM_ATTENTION(ns, table)                                                  \
+  with_attention(table, []<class KV>() {                                           \
+    return AttentionKernels{&ns::attend_head_rows<KV>, &ns::attend_group_rows<KV>, \
+                            &ns::attend_group_paged<KV>};                          \
+  })
+template <class F>
+KernelTable with_attention(KernelTable table, F kernels_of) {
+  for (const KVType type : kKVTypes)
+    table.attention[static_cast<std::size_t>(type)] =
+        with_kv_element(type, [&]<class KV>() { return kernels_of.template operator()<KV>(); });
   return table;
 }
 
@@ -86,20 +84,19 @@ const KernelTable& table_for(Isa isa) {
   if (!cpu_supports(isa))
     throw Error(ErrorKind::unsupported,
                 std::string("this CPU cannot run the ") + to_string(isa) + " kernels");
-  static const KernelTable scalar_table = HLLM_PANEL_LAYOUTS(
-      scalar, scalar, HLLM_PAGED_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar)));
+  static const KernelTable scalar_table =
+      HLLM_PANEL_LAYOUTS(scalar, scalar, HLLM_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar)));
 #if HLLM_X86
   static const KernelTable avx2_table =
-      HLLM_PANEL_LAYOUTS(avx2, avx2, HLLM_PAGED_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2)));
+      HLLM_PANEL_LAYOUTS(avx2, avx2, HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2)));
   // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.
   static const KernelTable avx512_table = [] {
     KernelTable table =
         cpu_features().avx512_vnni
-            ? HLLM_PANEL_LAYOUTS(
-                  avx512, avx512_vnni,
-                  HLLM_PAGED_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512_vnni)))
+            ? HLLM_PANEL_LAYOUTS(avx512, avx512_vnni,
+                                 HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512_vnni)))
             : HLLM_PANEL_LAYOUTS(avx512, avx512,
-                                 HLLM_PAGED_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512)));
+                                 HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512)));
     if (cpu_features().avx512_bf16) {
       table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
     }
@@ -118,7 +115,7 @@ const KernelTable& table_for(Isa isa) {
 }  // namespace hllm::kernels
 
 #undef HLLM_KERNEL_TABLE
-#undef HLLM_PAGED_ATTENTION
+#undef HLLM_ATTENTION
 #undef HLLM_PANEL_LAYOUTS
 
 // The model code for the dynamic spec, which the headers declare extern: compiled here once.
@@ -127,6 +124,8 @@ template class KVCache<float>;
 template class KVCache<f16>;
 template class KVCache<bf16>;
 template class KVCache<BlockQ8_0>;
+template class KVCache<BlockQ4_0>;
+template class KVCache<BlockFP8>;
 template class Llama<DynamicSpec>;
 template class Session<DynamicSpec>;
 }  // namespace hllm

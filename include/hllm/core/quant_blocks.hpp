@@ -44,6 +44,36 @@ struct BlockQ4_0 {
   std::uint8_t qs[kQK4_0 / 2];
 };
 
+// x: [32] → y, exactly as ggml's quantize_row_q4_0_ref (the GGUF writer's and the Q4_0 KV
+// cache's quantizer): the scale maps the value of largest magnitude to -8, so the full 16-level
+// range is used on the side where that value lies, and each value rounds to nearest.
+inline void quantize_block_q4_0(const float* x, BlockQ4_0& y) {
+  float amax = 0.0f, max = 0.0f;
+  for (std::size_t j = 0; j < kQK4_0; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  y.d = f16::from_float(d);
+  for (std::size_t j = 0; j < kQK4_0 / 2; ++j) {
+    // Truncation of (v + 8.5) is round-to-nearest for the non-negative v + 8 (ggml's trick).
+    const int q0 = std::min(15, static_cast<int>(static_cast<std::int8_t>(x[j] * id + 8.5f)));
+    const int q1 =
+        std::min(15, static_cast<int>(static_cast<std::int8_t>(x[j + kQK4_0 / 2] * id + 8.5f)));
+    y.qs[j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
+  }
+}
+
+// The 4-bit code (0..15) of value j of a Q4_0 block: the low nibble of qs[j] for j < 16, the
+// high nibble of qs[j - 16] after.
+constexpr unsigned q4_0_code(const BlockQ4_0& block, std::size_t j) noexcept {
+  return j < kQK4_0 / 2 ? block.qs[j] & 0x0fu
+                        : static_cast<unsigned>(block.qs[j - kQK4_0 / 2] >> 4);
+}
+
 // value[i] = d * nibble_i + m, nibbles arranged as in Q4_0.
 struct BlockQ4_1 {
   f16 d;

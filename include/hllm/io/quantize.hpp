@@ -31,26 +31,7 @@ inline void quantize_row_q8_0(const float* x, std::size_t n, BlockQ8_0* y) {
 inline void quantize_row_q4_0(const float* x, std::size_t n, BlockQ4_0* y) {
   require(n % kQK4_0 == 0,
           "quantize_row_q4_0: n = " + std::to_string(n) + " is not a multiple of 32");
-  for (std::size_t i = 0; i < n / kQK4_0; ++i) {
-    const float* xb = x + i * kQK4_0;
-    float amax = 0.0f, max = 0.0f;
-    for (std::size_t j = 0; j < kQK4_0; ++j) {
-      if (amax < std::fabs(xb[j])) {
-        amax = std::fabs(xb[j]);
-        max = xb[j];
-      }
-    }
-    const float d = max / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[i].d = f16::from_float(d);
-    for (std::size_t j = 0; j < kQK4_0 / 2; ++j) {
-      // Truncation of (v + 8.5) is round-to-nearest for the non-negative v + 8 (ggml's trick).
-      const int q0 = std::min(15, static_cast<int>(static_cast<std::int8_t>(xb[j] * id + 8.5f)));
-      const int q1 =
-          std::min(15, static_cast<int>(static_cast<std::int8_t>(xb[j + kQK4_0 / 2] * id + 8.5f)));
-      y[i].qs[j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
-    }
-  }
+  for (std::size_t i = 0; i < n / kQK4_0; ++i) quantize_block_q4_0(x + i * kQK4_0, y[i]);
 }
 
 // Quantizes a row-major [rows][cols] float matrix to `type` (f32, f16, bf16, q8_0, q4_0) and

@@ -48,8 +48,11 @@ inline void exp_shifted(float* scores, std::size_t count, float max) {
   }
 }
 
-// Values [d, d + lanes) (or [d, d + n)) of a cached row as floats, equal to kv_value's. A lane
-// group never straddles a Q8_0 block: lanes divide 32 and rows are whole blocks.
+// Values [d, d + lanes) (or [d, d + n)) of a cached row as floats, equal to kv_value's: for the
+// block types the same product d·q rounded once (Q4_0: d·(q − 8); FP8: the E4M3 value times 2^-8,
+// exact in f16, times 256·d, exact in float). A lane group never straddles a block: lanes divide
+// 32 and rows are whole blocks, which also means the tail overloads are never reached for block
+// rows (they are for the templates' sake, and read through kv_value).
 template <class KV>
 inline VecF32::Reg load_kv(const KV* row, std::size_t d) {
   return VecF32::load(row + d);
@@ -65,6 +68,25 @@ inline VecF32::Reg load_kv(const BlockQ8_0* row, std::size_t d) {
 inline VecF32::Reg load_kv(const BlockQ8_0* row, std::size_t d, std::size_t n) {
   const BlockQ8_0& block = row[d / kQK8_0];
   return VecF32::mul(VecF32::set1(to_float(block.d)), VecF32::load(block.qs + d % kQK8_0, n));
+}
+// Values j..j + lanes of a block are nibbles of qs[j % 16 ..]: the low ones for j < 16.
+inline VecF32::Reg load_kv(const BlockQ4_0* row, std::size_t d) {
+  const BlockQ4_0& block = row[d / kQK4_0];
+  const std::size_t j = d % kQK4_0;
+  const VecF32::Reg q = VecF32::load_nibbles(block.qs + j % (kQK4_0 / 2), j < kQK4_0 / 2 ? 0 : 4);
+  return VecF32::mul(VecF32::set1(to_float(block.d)), VecF32::sub(q, VecF32::set1(8.0f)));
+}
+inline VecF32::Reg load_kv(const BlockFP8* row, std::size_t d) {
+  const BlockFP8& block = row[d / kQKFP8];
+  return VecF32::mul(VecF32::set1(to_float(block.d) * 256.0f),
+                     VecF32::load_e4m3(block.qs + d % kQKFP8));
+}
+template <class Block>
+requires std::is_same_v<Block, BlockQ4_0> || std::is_same_v<Block, BlockFP8>
+inline VecF32::Reg load_kv(const Block* row, std::size_t d, std::size_t n) {
+  float values[VecF32::lanes] = {};
+  for (std::size_t i = 0; i < n; ++i) values[i] = kv_value(row, d + i);
+  return VecF32::load(values, n);
 }
 
 template <class KV>

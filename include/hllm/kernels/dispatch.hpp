@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -82,14 +83,19 @@ using AttendGroupPagedFn = void (*)(const float* q, const KVBlockRows& keys,
                                     std::size_t head_dim, std::size_t group, float scale,
                                     float* out);
 
+// The attention kernels of one cache element type (core/kv_element.hpp).
+struct AttentionKernels {
+  AttendHeadFn head = nullptr;
+  AttendGroupFn group = nullptr;
+  AttendGroupPagedFn paged = nullptr;
+};
+
 struct KernelTable {
   Isa isa;
   MatmulFn matmul_f32, matmul_f16, matmul_bf16;
   RmsNormFn rms_norm;
   SiluMulFn silu_mul;
   RopeFn rope;
-  AttendHeadFn attend_head_f32, attend_head_f16, attend_head_bf16, attend_head_q8_0;
-  AttendGroupFn attend_group_f32, attend_group_f16, attend_group_bf16, attend_group_q8_0;
   QuantizeFn quantize_activations;
   QuantMatmulFn matmul_q8_0, matmul_q4_0, matmul_q4_k, matmul_q5_k, matmul_q6_k;
   MatmulFn dequant_q8_0, dequant_q4_0, dequant_q4_1, dequant_q4_k, dequant_q5_k, dequant_q6_k;
@@ -110,9 +116,9 @@ struct KernelTable {
   MatmulFn matmul_f32_x16 = nullptr, matmul_f16_x16 = nullptr;
   QuantMatmulFn matmul_q5_k_x16 = nullptr;
   MatmulFn dequant_q5_k_x16 = nullptr;
-  // Attention through a paged cache's block table, per cache element type.
-  AttendGroupPagedFn attend_group_paged_f32 = nullptr, attend_group_paged_f16 = nullptr,
-                     attend_group_paged_bf16 = nullptr, attend_group_paged_q8_0 = nullptr;
+  // Attention over consecutive rows and through a paged cache's block table, per cache element
+  // type, indexed by KVType (a new type adds an entry, not a field per kernel; see the getters).
+  AttentionKernels attention[std::size(kKVTypes)] = {};
   // Whether this table's kernels run the repacked types faster than the file's layout (VNNI);
   // loaders repack for it (LoadOptions::repack).
   bool prefers_interleaved = false;
@@ -171,38 +177,22 @@ struct KernelTable {
       default: return nullptr;
     }
   }
+  // The attention kernels for cache element type KV.
+  template <class KV>
+  const AttentionKernels& attention_for() const noexcept {
+    return attention[static_cast<std::size_t>(kv_type_of<KV>())];
+  }
   template <class KV>
   AttendGroupFn attend_group_for() const noexcept {
-    if constexpr (std::is_same_v<KV, f16>)
-      return attend_group_f16;
-    else if constexpr (std::is_same_v<KV, bf16>)
-      return attend_group_bf16;
-    else if constexpr (std::is_same_v<KV, BlockQ8_0>)
-      return attend_group_q8_0;
-    else
-      return attend_group_f32;
+    return attention_for<KV>().group;
   }
   template <class KV>
   AttendGroupPagedFn attend_group_paged_for() const noexcept {
-    if constexpr (std::is_same_v<KV, f16>)
-      return attend_group_paged_f16;
-    else if constexpr (std::is_same_v<KV, bf16>)
-      return attend_group_paged_bf16;
-    else if constexpr (std::is_same_v<KV, BlockQ8_0>)
-      return attend_group_paged_q8_0;
-    else
-      return attend_group_paged_f32;
+    return attention_for<KV>().paged;
   }
   template <class KV>
   AttendHeadFn attend_head_for() const noexcept {
-    if constexpr (std::is_same_v<KV, f16>)
-      return attend_head_f16;
-    else if constexpr (std::is_same_v<KV, bf16>)
-      return attend_head_bf16;
-    else if constexpr (std::is_same_v<KV, BlockQ8_0>)
-      return attend_head_q8_0;
-    else
-      return attend_head_f32;
+    return attention_for<KV>().head;
   }
 };
 

@@ -38,8 +38,9 @@ struct SessionOptions {
   // each weight row; slow). Off: activations are quantized to 8 bits for integer dot products,
   // as llama.cpp does.
   bool exact = false;
-  // The KV cache's element type; unset: the model's Spec::kv_type (f32 for Llama<>). q8_0 takes
-  // 27% of f32's memory; f16 and bf16 half.
+  // The KV cache's element type; unset: the model's Spec::kv_type (f32 for Llama<>). f16 and
+  // bf16 take half of f32's memory, q8_0 and fp8 27% (34 bytes per 32 values), q4_0 14% (18
+  // bytes per 32 values); the block types need head_dim to be a multiple of 32.
   std::optional<KVType> kv_type;
 };
 
@@ -136,7 +137,7 @@ std::span<const float> Session<Spec>::prefill(std::span<const std::int32_t> toke
 // The dynamic spec's sessions are compiled once per program, in the translation unit that
 // includes hllm/implementation.hpp: prefill is defined out of the class, so this declaration
 // keeps every other file from instantiating it and, through it, the model code for each of the
-// four cache types.
+// six cache types.
 extern template class Session<DynamicSpec>;
 
 }  // namespace hllm

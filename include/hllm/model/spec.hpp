@@ -29,7 +29,8 @@ struct ModelSpec {
   static_assert(std::is_same_v<Weight, AnyWeight> || std::is_same_v<Weight, float> ||
                     std::is_same_v<Weight, f16> || std::is_same_v<Weight, bf16>,
                 "weight type must be AnyWeight, float, f16 or bf16");
-  static_assert(is_kv_element_v<KV>, "KV cache type must be float, f16, bf16 or BlockQ8_0");
+  static_assert(is_kv_element_v<KV>,
+                "KV cache type must be float, f16, bf16, BlockQ8_0, BlockQ4_0 or BlockFP8");
   using weight_type = Weight;
   using kv_type = KV;
   using activation_type = float;  // activations are float32 between kernels

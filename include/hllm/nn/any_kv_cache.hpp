@@ -1,5 +1,5 @@
 #pragma once
-// A KV cache whose element type is chosen at run time: one of the four KVCache<KV>
+// A KV cache whose element type is chosen at run time: one of the six KVCache<KV>
 // instantiations, held in a variant. A Session owns one, so a single loaded model can serve an
 // f32 session beside a Q8_0 one; the model code stays templated on the element type and visit()
 // picks the instantiation once per forward pass, not per row.
@@ -17,7 +17,8 @@ namespace hllm {
 
 class AnyKVCache {
  public:
-  using Variant = std::variant<KVCache<float>, KVCache<f16>, KVCache<bf16>, KVCache<BlockQ8_0>>;
+  using Variant = std::variant<KVCache<float>, KVCache<f16>, KVCache<bf16>, KVCache<BlockQ8_0>,
+                               KVCache<BlockQ4_0>, KVCache<BlockFP8>>;
 
   // The same checks and errors as KVCache's constructor.
   AnyKVCache(KVType type, std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim,

@@ -1,7 +1,8 @@
 #pragma once
 // The key/value cache of one sequence: for every layer and KV head, `capacity` rows of head_dim
 // values, contiguous, so attention scans one head's keys with unit stride. The element type is
-// float, f16, bf16 or BlockQ8_0 (core/kv_element.hpp: a Q8_0 row is head_dim / 32 blocks).
+// float, f16, bf16, BlockQ8_0, BlockQ4_0 or BlockFP8 (core/kv_element.hpp: a row of a block
+// type is head_dim / 32 blocks).
 // Storing at a position at or past the capacity is an hllm::Error, never a write out of bounds.
 
 #include <cstddef>
@@ -16,7 +17,8 @@ namespace hllm {
 
 template <class KV = float>
 class KVCache {
-  static_assert(is_kv_element_v<KV>, "KV cache type must be float, f16, bf16 or BlockQ8_0");
+  static_assert(is_kv_element_v<KV>,
+                "KV cache type must be float, f16, bf16, BlockQ8_0, BlockQ4_0 or BlockFP8");
 
  public:
   using element_type = KV;
@@ -110,10 +112,12 @@ class KVCache {
 
 // Compiled once per program, in hllm/implementation.hpp's translation unit: every session holds
 // a cache of each type (nn/any_kv_cache.hpp), so every file that makes one would instantiate all
-// four otherwise.
+// six otherwise.
 extern template class KVCache<float>;
 extern template class KVCache<f16>;
 extern template class KVCache<bf16>;
 extern template class KVCache<BlockQ8_0>;
+extern template class KVCache<BlockQ4_0>;
+extern template class KVCache<BlockFP8>;
 
 }  // namespace hllm

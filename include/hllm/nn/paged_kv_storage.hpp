@@ -9,7 +9,8 @@
 // block_tokens keys are contiguous rows (kv_row_elements<KV>(head_dim) elements each, see
 // core/kv_element.hpp), so attention reads a block's 16 keys of a head with unit stride, as it
 // reads KVCache's, and a whole block (a unit of sharing) is one contiguous range to copy. The
-// element type is float, f16, bf16 or BlockQ8_0; AnyPagedKVStorage chooses it at run time.
+// element type is one of core/kv_element.hpp's (float, f16, bf16, BlockQ8_0, BlockQ4_0,
+// BlockFP8); AnyPagedKVStorage chooses it at run time.
 // Rows of positions a table has not committed hold whatever the block's previous owner left:
 // attention reads only committed positions.
 
@@ -33,7 +34,8 @@ namespace hllm {
 
 template <class KV = float>
 class PagedKVStorage {
-  static_assert(is_kv_element_v<KV>, "KV cache type must be float, f16, bf16 or BlockQ8_0");
+  static_assert(is_kv_element_v<KV>,
+                "KV cache type must be float, f16, bf16, BlockQ8_0, BlockQ4_0 or BlockFP8");
 
  public:
   using element_type = KV;
@@ -175,6 +177,19 @@ class PagedKVStorage {
     }
   }
 
+  // The row ([row elements]) of the keys (kv = 0) or values (kv = 1) of one KV head of one layer
+  // at `slot` of `block`: for code that rewrites cached rows (nn/kv_shift.hpp).
+  KV* row(BlockId block, std::size_t slot, std::size_t layer, std::size_t kv, std::size_t kv_head) {
+    check_block(block, "row of");
+    if (slot >= block_tokens_ || layer >= n_layers_ || kv > 1 || kv_head >= n_kv_heads_)
+      throw Error(ErrorKind::out_of_range,
+                  "KV row at slot " + std::to_string(slot) + " of layer " + std::to_string(layer) +
+                      ", head " + std::to_string(kv_head) + ": blocks hold " +
+                      std::to_string(block_tokens_) + " slots of " + std::to_string(n_layers_) +
+                      " layers of " + std::to_string(n_kv_heads_) + " heads");
+    return data_.data() + offset(block, layer, kv, kv_head) + slot * kv_row_elements<KV>(head_dim_);
+  }
+
   // Copies every row of block `from` to block `to` (copy-on-write; KVBlockTable::prepare_write's
   // callback).
   void copy_block(BlockId from, BlockId to) {
@@ -207,13 +222,14 @@ class PagedKVStorage {
   AlignedBuffer<KV> data_;      // [n_blocks][n_layers][2][n_kv_heads][block_tokens][row elements]
 };
 
-// A PagedKVStorage whose element type is chosen at run time: one of the four instantiations in
+// A PagedKVStorage whose element type is chosen at run time: one of the six instantiations in
 // a variant, as AnyKVCache (nn/any_kv_cache.hpp) holds KVCache's. Model code visits it once per
 // forward pass and stays typed inside.
 class AnyPagedKVStorage {
  public:
-  using Variant = std::variant<PagedKVStorage<float>, PagedKVStorage<f16>, PagedKVStorage<bf16>,
-                               PagedKVStorage<BlockQ8_0>>;
+  using Variant =
+      std::variant<PagedKVStorage<float>, PagedKVStorage<f16>, PagedKVStorage<bf16>,
+                   PagedKVStorage<BlockQ8_0>, PagedKVStorage<BlockQ4_0>, PagedKVStorage<BlockFP8>>;
 
   // The same checks and errors as PagedKVStorage's constructor.
   AnyPagedKVStorage(KVType type, std::size_t n_blocks, std::size_t block_tokens,

@@ -5,8 +5,11 @@
 // any target region).
 //
 // Interface: lanes; zero(); set1(v); load(p) / load(p, n) (first n < lanes elements, the rest 0)
-// from float, f16 or bf16; store(p, v) / store(p, v, n); fma(a, b, c) = a*b + c; add; sub; mul;
-// div; max; exp (vector levels: ~2 ulp, Cephes' polynomial; scalar: std::exp); sum(v).
+// from float, f16, bf16 or int8; load_nibbles(p, shift): lanes bytes' (p[i] >> shift) & 15 (shift
+// 0 or 4: a Q4_0 block's low or high nibbles); load_e4m3(p): lanes E4M3 bytes as their values
+// times 2^-8 (core/fp8.hpp's e4m3_to_f16_bits, then f16 to float); store(p, v) / store(p, v, n);
+// fma(a, b, c) = a*b + c; add; sub; mul; div; max; exp (vector levels: ~2 ulp, Cephes'
+// polynomial; scalar: std::exp); sum(v).
 
 #if HLLM_ISA_LEVEL >= 1
 // Shared by the vector exp()s below (Cephes' expf): x = n·ln2 + r with |r| <= ln2/2, ln2 split
@@ -60,6 +63,18 @@ struct VecF32 {
   }
   static Reg load(const std::int8_t* p, std::size_t n) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask(n), p)));
+  }
+  static Reg load_nibbles(const std::uint8_t* p, int shift) {
+    const __m512i bytes =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_cvtepi32_ps(
+        _mm512_and_si512(_mm512_srl_epi32(bytes, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(15)));
+  }
+  static Reg load_e4m3(const std::uint8_t* p) {
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8);
+    const __m256i rest = _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7);
+    return _mm512_cvtph_ps(_mm256_or_si256(sign, rest));
   }
   static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   static void store(float* p, Reg v, std::size_t n) { _mm512_mask_storeu_ps(p, mask(n), v); }
@@ -133,6 +148,18 @@ struct VecF32 {
     std::memcpy(&tail, p, n);
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(tail)));
   }
+  static Reg load_nibbles(const std::uint8_t* p, int shift) {
+    const __m256i bytes =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_cvtepi32_ps(
+        _mm256_and_si256(_mm256_srl_epi32(bytes, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(15)));
+  }
+  static Reg load_e4m3(const std::uint8_t* p) {
+    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m128i sign = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8);
+    const __m128i rest = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7);
+    return _mm256_cvtph_ps(_mm_or_si128(sign, rest));
+  }
   static void store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
   static void store(float* p, Reg v, std::size_t n) { _mm256_maskstore_ps(p, mask(n), v); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
@@ -181,6 +208,12 @@ struct VecF32 {
   template <class T>
   static Reg load(const T* p, std::size_t n) {
     return n ? load(p) : 0.0f;
+  }
+  static Reg load_nibbles(const std::uint8_t* p, int shift) {
+    return static_cast<float>((*p >> shift) & 15);
+  }
+  static Reg load_e4m3(const std::uint8_t* p) {
+    return to_float(f16::from_bits(e4m3_to_f16_bits(*p)));
   }
   static void store(float* p, Reg v) { *p = v; }
   static void store(float* p, Reg v, std::size_t n) {
