@@ -13,9 +13,10 @@
 // It reports the aggregate prompt and generation tokens/s over the npl sequences, the time per
 // generation step, the time to each sequence's first token and the KV bytes the sequences hold
 // (blocks in use × block bytes: they grow with the tokens held, not with npl × context). With
-// -pps the sequences share one prompt: the first computes it and publishes its full blocks, the
-// others take them by reference (prefix caching) and prefill only their last block, so the
-// prefix is stored once.
+// -pps the sequences share one prompt, as llama-batched-bench's -pps copies one sequence's
+// cache to the others: the first computes it and the others fork from it (KVBlockTable::fork:
+// every block shared, the last one copied when a sequence first writes into it), so the prompt
+// is computed and stored once and every sequence has its first token when the first does.
 
 #include <algorithm>
 #include <chrono>
@@ -108,13 +109,8 @@ Result run_config(hllm::BatchRunner<>& runner, const hllm::ModelConfig& c, const
 
   const std::size_t budget = runner.max_tokens();
   const auto pp_start = Clock::now();
-  // With a shared prompt the first sequence runs alone and publishes its blocks; the others then
-  // start from the blocks they find.
   std::vector<std::size_t> done(npl, 0);
   const auto prefill = [&](std::size_t first, std::size_t last) {
-    if (o.shared_prompt)
-      for (std::size_t s = first; s < last; ++s)
-        done[s] = tables[s].reuse_prefix(allocator, prompts[s]);
     while (true) {
       std::vector<hllm::BatchEntry> entries;
       std::vector<std::size_t> of;
@@ -136,14 +132,17 @@ Result run_config(hllm::BatchRunner<>& runner, const hllm::ModelConfig& c, const
         if (done[s] == npp) {
           next[s] = argmax(logits.subspan(i * c.vocab_size, std::size_t(c.vocab_size)));
           first_token[s] = seconds(pp_start, Clock::now());
-          if (o.shared_prompt) tables[s].publish_full_blocks(allocator, prompts[s]);
         }
       }
     }
   };
   if (o.shared_prompt) {
     prefill(0, 1);
-    prefill(1, npl);
+    for (std::size_t s = 1; s < npl; ++s) {
+      tables[s] = tables[0].fork(allocator);
+      next[s] = next[0];
+      first_token[s] = first_token[0];
+    }
   } else {
     prefill(0, npl);
   }
@@ -183,8 +182,8 @@ int main(int argc, char** argv) {
   cli.number_in<std::size_t>("-b,--batch-size", o.batch, 1, 65536, "a number of tokens",
                              "Tokens per forward pass while reading the prompts");
   cli.flag("--pps", o.shared_prompt,
-           "(also -pps) The sequences share one prompt: its blocks are computed once and "
-           "reused (prefix caching)");
+           "(also -pps) The sequences share one prompt: computed once, its blocks shared "
+           "(a fork, as llama-batched-bench copies the sequence)");
   cli.threads(o.threads);
   cli.isa(o.isa);
   cli.kv_type(o.kv_type);

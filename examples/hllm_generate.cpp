@@ -5,7 +5,7 @@
 //                 [--repeat-last-n N] [-e] [--ignore-eos] [--color] [--no-display-prompt]
 //                 [-i | -cnv [--chat-template NAME|FILE]] [--log-disable] [--json] [--isa ISA]
 //                 [--synthetic PRESET]
-//                 [--check-finite] [--kv-type f32|f16|bf16|q8_0] [--pre-tokenizer NAME]
+//                 [--check-finite] [--kv-type f32|f16|bf16|q8_0|q4_0|fp8] [--pre-tokenizer NAME]
 //                 [-np N]
 //
 // Flags follow llama.cpp's spelling and meaning (--help lists them). Without -m it runs the
@@ -64,6 +64,8 @@ struct Options {
   std::size_t context = hllm::cli::kContextNotGiven;
   std::size_t batch = 64;
   std::size_t parallel = 1;  // -np
+  bool context_shift = false;
+  std::size_t keep = 0;  // --keep: prompt tokens a context shift keeps
   std::optional<hllm::Isa> isa;
   hllm::KVType kv_type = hllm::KVType::f32;
   bool check_finite = false;
@@ -94,6 +96,11 @@ Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
   cli.number_in<std::size_t>("--parallel", o.parallel, 1, 256, "a number of sequences",
                              "(also -np) Generate this many sequences of the prompt at once, "
                              "with seeds -s, -s + 1, ... (the continuous-batching engine)");
+  cli.flag("--context-shift", o.context_shift,
+           "When the context fills, drop half of the tokens after --keep and go on (llama.cpp's "
+           "context shift; runs the engine)");
+  cli.number_in<std::size_t>("--keep", o.keep, 0, hllm::kMaxContext, "a number of tokens",
+                             "Prompt tokens a context shift keeps (default 0)");
   cli.sampling(o.sampler);
   cli.flag("--ignore-eos", o.ignore_eos, "Do not stop at the end-of-text token");
   cli.flag("--color", o.color, "Show the prompt in colour");
@@ -116,8 +123,8 @@ Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
   cli.parse(argc, argv);
 
   o.prompt_given = prompt->count() > 0;
-  if (o.parallel > 1 && (o.interactive || o.conversation))
-    cli.fail("-np runs independent sequences of one prompt: not with -i or -cnv");
+  if ((o.parallel > 1 || o.context_shift) && (o.interactive || o.conversation))
+    cli.fail("-np and --context-shift run the engine: not with -i or -cnv");
   if (o.prompt_given && file->count() > 0) cli.fail("give -p PROMPT or -f FILE, not both");
   if (!o.model_path.empty() && !o.synthetic.empty()) cli.fail("give -m or --synthetic, not both");
   if (o.model_path.empty() && o.synthetic.empty()) {
@@ -151,14 +158,16 @@ const char* stop_words(hllm::StopReason r) {
   switch (r) {
     case hllm::StopReason::eos: return "end of text";
     case hllm::StopReason::stop_token: return "stop token";
+    case hllm::StopReason::stop_string: return "stop string";
     case hllm::StopReason::context_full: return "the context is full";
     case hllm::StopReason::cancelled: return "cancelled";
     default: return "-n tokens generated";
   }
 }
 
-// -np N: N sequences of `prompt` through the engine, each with its own seed; their texts are
-// printed one after another once all are done, then the totals.
+// -np N: N sequences of `prompt` through the engine, each with its own seed; the prompt is
+// computed once and shared. One sequence streams its text; more are printed one after another
+// once all are done. Then the totals.
 int run_parallel(const Options& options, const hllm::Llama<>& model,
                  const hllm::Tokenizer* tokenizer, const std::vector<std::int32_t>& prompt,
                  const std::string& prompt_text, std::size_t context,
@@ -175,42 +184,55 @@ int run_parallel(const Options& options, const hllm::Llama<>& model,
                          .max_step_tokens = std::max(options.batch, options.parallel),
                          .max_sequences = options.parallel,
                          .threads = options.threads,
-                         .isa = options.isa});
+                         .isa = options.isa,
+                         .tokenizer = tokenizer,
+                         .context_shift = options.context_shift});
   std::vector<hllm::Completion> done(options.parallel);
   std::vector<double> first_token_at(options.parallel, -1);
+  const bool stream = options.parallel == 1;
+  hllm::RequestId first_id = 0;
   const auto start = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < options.parallel; ++i) {
-    hllm::Request r;
-    r.prompt = prompt;
-    r.sampler = sampler;
-    r.sampler.seed = sampler.seed + i;
-    r.generate.max_tokens = options.n_predict;
-    if (tokenizer && tokenizer->eos() >= 0 && !options.ignore_eos)
-      r.generate.eos = tokenizer->eos();
-    r.on_token = [&, i](hllm::RequestId, std::int32_t) {
-      if (first_token_at[i] < 0) first_token_at[i] = seconds_since(start);
+  hllm::Request r;
+  r.prompt = prompt;
+  r.sampler = sampler;
+  r.generate.max_tokens = options.n_predict;
+  r.n_keep = std::min(options.keep, prompt.size());
+  if (tokenizer && tokenizer->eos() >= 0 && !options.ignore_eos) r.generate.eos = tokenizer->eos();
+  r.on_token = [&](hllm::RequestId id, std::int32_t token) {
+    const std::size_t i = id - first_id;
+    if (first_token_at[i] < 0) first_token_at[i] = seconds_since(start);
+    if (stream && !tokenizer) std::printf(" %d", token);
+    return true;
+  };
+  if (stream && tokenizer) {
+    if (!options.no_display_prompt) std::printf("%s", prompt_text.c_str());
+    r.on_text = [](hllm::RequestId, std::string_view text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
       return true;
     };
-    r.on_done = [&done, i](const hllm::Completion& c) { done[i] = c; };
-    engine.submit(std::move(r));
   }
+  r.on_done = [&](const hllm::Completion& c) { done[c.id - first_id] = c; };
+  // The ids are consecutive from the first; the callbacks run inside run_until_idle().
+  first_id = engine.submit_parallel(std::move(r), options.parallel).front();
   engine.run_until_idle();
   const double total = seconds_since(start);
 
-  std::size_t generated = 0;
+  std::size_t generated = 0, shifts = 0;
   double prompt_seconds = 0;
   for (std::size_t i = 0; i < options.parallel; ++i) {
     const hllm::Completion& c = done[i];
     generated += c.tokens.size();
+    shifts += c.context_shifts;
     prompt_seconds = std::max(prompt_seconds, first_token_at[i] < 0 ? total : first_token_at[i]);
+    if (stream) {
+      std::printf("\n\n");
+      continue;
+    }
     std::printf("--- sequence %zu (seed %llu, stopped: %s) ---\n", i + 1,
                 static_cast<unsigned long long>(sampler.seed + i), stop_words(c.reason));
     if (tokenizer) {
-      hllm::StreamingDecoder stream(*tokenizer);
-      for (std::int32_t id : prompt) stream.push(id);
-      std::string text = options.no_display_prompt ? "" : prompt_text;
-      for (std::int32_t id : c.tokens) text += stream.push(id);
-      std::printf("%s%s\n\n", text.c_str(), stream.flush().c_str());
+      std::printf("%s%s\n\n", options.no_display_prompt ? "" : prompt_text.c_str(), c.text.c_str());
     } else {
       for (std::int32_t id : c.tokens) std::printf(" %d", id);
       std::printf("\n\n");
@@ -237,6 +259,8 @@ int run_parallel(const Options& options, const hllm::Llama<>& model,
                options.parallel, prompt.size(), stats.steps);
   std::fprintf(stderr, "generated: %zu tokens in all, %.1f tokens/s together\n", generated,
                gen_rate);
+  if (stream) std::fprintf(stderr, "stopped: %s\n", stop_words(done[0].reason));
+  if (options.context_shift) std::fprintf(stderr, "context shifts: %zu\n", shifts);
   std::fprintf(stderr, "kv cache: %.1f MiB (%s, %zu blocks of %zu tokens)\n",
                double(stats.kv_blocks * stats.kv_block_bytes) / (1024.0 * 1024.0),
                hllm::to_string(options.kv_type), stats.kv_blocks, hllm::kDefaultBlockTokens);
@@ -325,7 +349,7 @@ int main(int argc, char** argv) {
                    prompt.size(), context);
       return 1;
     }
-    if (options.parallel > 1)
+    if (options.parallel > 1 || options.context_shift)
       return run_parallel(options, model, tokenizer.get(), prompt, prompt_text, context,
                           sampler_params, load_seconds);
     hllm::Session<> session(model, session_options);

@@ -29,6 +29,7 @@ struct Options {
   std::size_t batch = 512;
   std::size_t threads = 0;
   std::optional<hllm::Isa> isa;
+  hllm::KVType kv_type = hllm::KVType::f32;
 };
 
 Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
@@ -41,6 +42,7 @@ Options parse(int argc, char** argv, hllm::cli::Parser& cli) {
                              "Tokens per forward pass while evaluating a window");
   cli.threads(o.threads);
   cli.isa(o.isa);
+  cli.kv_type(o.kv_type);
   cli.pre_tokenizer(o.vocabulary);
   cli.parse(argc, argv);
   return o;
@@ -68,14 +70,16 @@ int main(int argc, char** argv) {
     hllm::Session<> session(model, {.context = c,
                                     .max_batch = std::min(options.batch, c),
                                     .threads = options.threads,
-                                    .isa = options.isa});
+                                    .isa = options.isa,
+                                    .kv_type = options.kv_type});
     const bool bos_first = tokenizer.vocabulary().add_bos && tokenizer.bos() >= 0;
     std::fprintf(stderr,
                  "model: %s\ntext: %s, %zu tokens\n%zu windows of %zu tokens, scoring %zu tokens "
-                 "each (positions %zu..%zu); ISA %s, %zu threads\n",
+                 "each (positions %zu..%zu); ISA %s, %zu threads, KV cache %s\n",
                  options.model_path.c_str(), options.text_path.c_str(), tokens.size(), plan.windows,
                  c, plan.scored_per_window, plan.first_scored, c - 2,
-                 hllm::to_string(session.isa()), session.threads());
+                 hllm::to_string(session.isa()), session.threads(),
+                 hllm::to_string(session.kv_type()));
 
     hllm::PerplexityAccumulator acc;
     std::vector<std::int32_t> window(c);

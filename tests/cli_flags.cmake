@@ -134,16 +134,20 @@ hllm_cli_case(generate_context_and_kv_type 0 "-"
   "\"context\": 100, .*\"kv_type\": \"q8_0\""
   - ${gen} --json --log-disable -n 1 -c 100 --kv-type q8_0 -t 2)
 hllm_cli_case(generate_bad_kv_type 2 "EMPTY"
-  "^hllm-generate: --kv-type must be f32, f16, bf16 or q8_0, got 'q4_0'"
-  - ${gen} --kv-type q4_0)
+  "^hllm-generate: --kv-type must be f32, f16, bf16, q8_0, q4_0 or fp8, got 'q5_1'"
+  - ${gen} --kv-type q5_1)
 # -np N: N sequences of the prompt through the engine, seeds -s, -s + 1, ...; not with -i/-cnv.
 hllm_cli_case(generate_parallel 0
   "^--- sequence 1 \\(seed 42, .*--- sequence 2 \\(seed 43, .*--- sequence 3 \\(seed 44, "
   "parallel: 3 sequences of a 5-token prompt.*generated: 12 tokens in all"
   - ${gen} -np 3 -n 4 -t 2)
 hllm_cli_case(generate_parallel_not_interactive 2 "EMPTY"
-  "^hllm-generate: -np runs independent sequences of one prompt: not with -i or -cnv"
+  "^hllm-generate: -np and --context-shift run the engine: not with -i or -cnv"
   - ${gen} --parallel 2 -i)
+# --context-shift: 60 tokens through a 32-token context, keeping the first 2.
+hllm_cli_case(generate_context_shift 0 "."
+  "generated: 60 tokens in all.*context shifts: [1-9]"
+  - ${gen} --context-shift --keep 2 -c 32 -n 60 --ignore-eos -t 2)
 # hllm-batched-bench: one JSON object per configuration; -pps shares the prompt's blocks.
 hllm_cli_case(batched_bench_json 0
   "^\\{\"model\": \"tiny \\(synthetic\\)\", .*\"npp\": 32, \"ntg\": 4, \"npl\": 1, .*\"tg_tokens_per_s\": [0-9.]+, .*\\}.\\{.*\"npl\": 3, .*\"kv_bytes\": [1-9][0-9]*, \"shared_prompt\": false"

@@ -5,18 +5,25 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "hllm/generate/generate.hpp"
+#include "hllm/generate/stop_strings.hpp"
 #include "hllm/serve/engine.hpp"
+#include "hllm/tokenizer/streaming_decoder.hpp"
+#include "hllm/tokenizer/tokenizer.hpp"
 #include "test_util.hpp"
 #include "typed_weights.hpp"
 
@@ -248,6 +255,300 @@ TEST(Engine, ConcurrentSubmitAndCancelWhileRunning) {
     EXPECT_EQ(completion.tokens, alone(requests[i], hllm::KVType::f32).tokens) << "request " << i;
   }
   EXPECT_EQ(engine.stats().kv_blocks_used, 0u);
+}
+
+// --- stop strings and text ------------------------------------------------------------------
+
+// Pieces arriving one at a time: a tail that may begin a stop string is held back, released when
+// it cannot, and the text ends just before the first stop string however it is split.
+TEST(StopStringMatcher, HoldsBackPartialMatchesAndCutsBeforeTheStop) {
+  hllm::StopStringMatcher m({"lo Wor", "xyz"});
+  auto step = m.push("Hel");
+  EXPECT_EQ(step.text, "He");  // "l" may begin "lo Wor"
+  EXPECT_FALSE(step.stop);
+  step = m.push("lo W");
+  EXPECT_EQ(step.text, "l");
+  step = m.push("orld");
+  EXPECT_EQ(step.text, "");
+  EXPECT_TRUE(step.stop);
+  EXPECT_TRUE(m.push("more").text.empty());  // ignored after the stop
+
+  hllm::StopStringMatcher n({"ab", "b!"});
+  EXPECT_EQ(n.push("xa").text, "x");
+  step = n.push("b");  // "ab" at 1 beats "b!" which never completes
+  EXPECT_EQ(step.text, "");
+  EXPECT_TRUE(step.stop);
+
+  hllm::StopStringMatcher tail({"END"});
+  EXPECT_EQ(tail.push("the EN").text, "the ");
+  EXPECT_EQ(tail.finish(), "EN");  // no stop came: the held text is the caller's after all
+  EXPECT_TRUE(hllm::StopStringMatcher().push("any").text == "any");
+  hllm::test::expect_error([] { hllm::StopStringMatcher({""}); }, ErrorKind::invalid_argument, "",
+                           "", std::nullopt, "empty");
+}
+
+// A SentencePiece vocabulary for the engine model's 300 ids: control tokens 0-2, then pieces of
+// one or two letters, some starting a word.
+const hllm::Tokenizer& engine_tokenizer() {
+  static const hllm::Tokenizer tokenizer = [] {
+    hllm::Vocabulary v;
+    v.model = "llama";
+    v.tokens = {"<unk>", "<s>", "</s>"};
+    v.token_types = {2, 3, 3};
+    for (int k = 0; v.tokens.size() < 300; ++k) {
+      std::string piece = k % 7 == 0 ? "\u2581" : "";
+      piece += static_cast<char>('a' + k % 26);
+      if (k >= 26) piece += static_cast<char>('a' + (k / 26) % 26);
+      v.tokens.push_back(piece);
+      v.token_types.push_back(1);
+    }
+    v.unk_id = 0;
+    v.bos_id = 1;
+    v.eos_id = 2;
+    return hllm::Tokenizer(std::move(v));
+  }();
+  return tokenizer;
+}
+
+// The generated text is the decoded tokens; a stop string found in it (here one spanning
+// tokens, taken from the unstopped text) ends the request with the text before it, after the
+// tokens that completed it; on_text streams exactly the final text.
+TEST(Engine, StopStringsEndTheTextBeforeThem) {
+  const hllm::Tokenizer& tokenizer = engine_tokenizer();
+  std::mt19937 rng(8);
+  Request base = make_request(random_tokens(12, rng), 0, 40);
+  base.generate.stop_tokens.clear();
+  const auto run = [&](std::vector<std::string> stops) {
+    Engine<> engine(engine_model(), {.kv_tokens = 512, .threads = 1, .tokenizer = &tokenizer});
+    Request r = base;
+    r.stop_strings = std::move(stops);
+    std::string streamed;
+    r.on_text = [&](hllm::RequestId, std::string_view text) {
+      streamed += text;
+      return true;
+    };
+    const Completion c = run_all(engine, {r})[0];
+    EXPECT_EQ(streamed, c.text);
+    return c;
+  };
+  const Completion plain = run({});
+  ASSERT_EQ(plain.tokens.size(), 40u);
+  EXPECT_EQ(plain.tokens, alone(base, hllm::KVType::f32).tokens);
+  hllm::StreamingDecoder decoder(tokenizer);  // the generated text continues the prompt's
+  for (std::int32_t t : base.prompt) (void)decoder.push(t);
+  std::vector<std::size_t> ends;  // text length after each token
+  std::string text;
+  for (std::int32_t t : plain.tokens) ends.push_back((text += decoder.push(t)).size());
+  EXPECT_EQ(plain.text, text);
+  ASSERT_GT(text.size(), 30u);
+
+  const std::string stop = text.substr(text.size() / 2, 4);
+  const std::size_t at = text.find(stop);
+  const Completion stopped = run({"zzzzzz", stop});
+  EXPECT_EQ(stopped.reason, StopReason::stop_string);
+  EXPECT_EQ(stopped.text, text.substr(0, at));
+  const std::size_t completing =
+      std::find_if(ends.begin(), ends.end(), [&](std::size_t e) { return e >= at + stop.size(); }) -
+      ends.begin() + 1;
+  EXPECT_EQ(stopped.tokens,
+            std::vector<std::int32_t>(plain.tokens.begin(), plain.tokens.begin() + completing));
+  // Without a tokenizer, stop strings and on_text are refused.
+  Engine<> bare(engine_model(), {.kv_tokens = 256, .threads = 1});
+  Request r = base;
+  r.stop_strings = {"a"};
+  hllm::test::expect_error([&] { bare.submit(r); }, ErrorKind::invalid_argument, "", "",
+                           std::nullopt, "tokenizer");
+}
+
+// --- parallel sampling ----------------------------------------------------------------------
+
+// submit_parallel computes the prompt once: each of the four gets the tokens a lone generation
+// with its seed gives, and the engine computes 3 prompts fewer than four separate requests
+// without prefix caching.
+TEST(Engine, ParallelRequestsComputeTheirPromptOnce) {
+  std::mt19937 rng(4);
+  const Request base = make_request(random_tokens(45, rng), 7, 20);
+  const auto computed = [&](bool parallel) {
+    Engine<> engine(
+        engine_model(),
+        {.kv_tokens = 1024, .max_step_tokens = 32, .prefix_caching = false, .threads = 1});
+    std::vector<Completion> done(4);
+    std::vector<hllm::RequestId> ids;
+    Request r = base;
+    r.on_done = [&](const Completion& c) { done[c.id - 1] = c; };
+    if (parallel) {
+      ids = engine.submit_parallel(r, 4);
+    } else {
+      for (std::uint64_t i = 0; i < 4; ++i) {
+        Request one = r;
+        one.sampler.seed += i;
+        ids.push_back(engine.submit(one));
+      }
+    }
+    EXPECT_EQ(ids, (std::vector<hllm::RequestId>{1, 2, 3, 4}));
+    engine.run_until_idle();
+    for (std::uint64_t i = 0; i < 4; ++i) {
+      Request alone_request = base;
+      alone_request.sampler.seed += i;
+      EXPECT_EQ(done[i].tokens, alone(alone_request, hllm::KVType::f32).tokens) << "sample " << i;
+    }
+    EXPECT_NE(done[0].tokens, done[1].tokens);
+    EXPECT_EQ(engine.stats().kv_blocks_used, 0u);
+    return engine.stats().tokens_computed;
+  };
+  EXPECT_EQ(computed(false) - computed(true), 3 * base.prompt.size());
+}
+
+// Cancelling parallel requests while their prompt is computed: a waiting sibling ends at once;
+// the one computing the prompt hands it to the next, which finishes as if alone.
+TEST(Engine, CancellingParallelRequestsBeforeTheirPrompt) {
+  std::mt19937 rng(5);
+  const Request base = make_request(random_tokens(60, rng), 9, 12);
+  Engine<> engine(engine_model(), {.kv_tokens = 1024, .max_step_tokens = 16, .threads = 1});
+  std::map<hllm::RequestId, Completion> done;
+  Request r = base;
+  r.on_done = [&](const Completion& c) { done[c.id] = c; };
+  const auto ids = engine.submit_parallel(r, 3);
+  engine.step();  // 16 of the 60 prompt tokens
+  engine.cancel(ids[0]);
+  engine.cancel(ids[2]);
+  engine.run_until_idle();
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[ids[0]].reason, StopReason::cancelled);
+  EXPECT_EQ(done[ids[2]].reason, StopReason::cancelled);
+  EXPECT_TRUE(done[ids[2]].tokens.empty());
+  Request second = base;
+  second.sampler.seed += 1;
+  EXPECT_EQ(done[ids[1]].tokens, alone(second, hllm::KVType::f32).tokens);
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0u);
+  EXPECT_EQ(engine.stats().waiting, 0u);
+}
+
+// --- context shift --------------------------------------------------------------------------
+
+// With context shift a request generates past its context: each time the cache fills, the
+// tokens after n_keep lose their older half. Without it the same request is refused (it can
+// never fit), and n_keep past the prompt is refused too.
+TEST(Engine, ContextShiftGoesOnPastTheContext) {
+  std::mt19937 rng(6);
+  Request r = make_request(random_tokens(20, rng), 0, 150);
+  r.generate.stop_tokens.clear();
+  r.n_keep = 4;
+  const auto run = [&]() {
+    Engine<> engine(engine_model(),
+                    {.kv_tokens = 256, .context = 64, .threads = 1, .context_shift = true});
+    const Completion c = run_all(engine, {r})[0];
+    EXPECT_EQ(engine.stats().context_shifts, c.context_shifts);
+    EXPECT_EQ(engine.stats().kv_blocks_used, 0u);
+    return c;
+  };
+  const Completion c = run();
+  EXPECT_EQ(c.reason, StopReason::max_tokens);
+  EXPECT_EQ(c.tokens.size(), 150u);
+  // 63 cached positions keep 4 and drop 29 each time: shifts at 64 tokens, then every 29.
+  EXPECT_EQ(c.context_shifts, 1 + (20 + 150 - 64) / 29);
+  EXPECT_EQ(run().tokens, c.tokens);  // deterministic
+  // Until the first shift the tokens are those of a lone generation.
+  Request unshifted = r;
+  unshifted.generate.max_tokens = 64 - 20;
+  const auto reference = alone(unshifted, hllm::KVType::f32).tokens;
+  EXPECT_TRUE(std::equal(reference.begin(), reference.end(), c.tokens.begin()));
+
+  Engine<> plain(engine_model(), {.kv_tokens = 256, .context = 64, .threads = 1});
+  hllm::test::expect_error([&] { plain.submit(r); }, ErrorKind::capacity, "", "", std::nullopt,
+                           "can never fit");
+  Engine<> shifting(engine_model(),
+                    {.kv_tokens = 256, .context = 64, .threads = 1, .context_shift = true});
+  Request greedy_keep = r;
+  greedy_keep.n_keep = 21;
+  hllm::test::expect_error([&] { shifting.submit(greedy_keep); }, ErrorKind::invalid_argument, "",
+                           "", std::nullopt, "n_keep");
+}
+
+// --- sliding windows ------------------------------------------------------------------------
+
+const hllm::Llama<>& windowed_model() {
+  static const hllm::ModelConfig c = [] {
+    hllm::ModelConfig config = engine_config();
+    config.sliding_window = 32;
+    return config;
+  }();
+  static std::vector<std::vector<std::byte>> bytes;
+  static const hllm::Llama<> model(c, hllm::test::typed_weights(c, hllm::DType::q8_0, 17, bytes));
+  return model;
+}
+
+// A sliding-window model's sequence holds the blocks its window reaches, not its length: 200
+// tokens in 16-token blocks through a 32-token window never hold more than the window, the
+// chunk being written and a partial block on each side. Its tokens are a lone Session's.
+TEST(Engine, SlidingWindowMemoryIsBoundedByTheWindow) {
+  std::mt19937 rng(2);
+  Request r = make_request(random_tokens(100, rng), 0, 100);
+  r.generate.stop_tokens.clear();
+  Engine<> engine(windowed_model(),
+                  {.kv_tokens = 512, .max_step_tokens = 32, .prefix_caching = false, .threads = 1});
+  Completion c;
+  r.on_done = [&](const Completion& done) { c = done; };
+  engine.submit(r);
+  std::size_t peak = 0;
+  while (engine.step()) peak = std::max(peak, engine.stats().kv_blocks_used);
+  EXPECT_EQ(c.tokens.size(), 100u);
+  EXPECT_LE(peak, (32 + 32) / 16 + 2);
+  EXPECT_GT(engine.stats().kv_blocks_released, 0u);
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0u);
+
+  hllm::Session<> session(windowed_model(), {.context = 512, .threads = 1});
+  hllm::Sampler sampler(r.sampler);
+  EXPECT_EQ(c.tokens, hllm::generate(session, r.prompt, sampler, r.generate).tokens);
+  hllm::test::expect_error([] { Engine<> e(windowed_model(), {.context_shift = true}); },
+                           ErrorKind::unsupported, "", "", std::nullopt, "sliding-window");
+}
+
+// --- saved prefixes -------------------------------------------------------------------------
+
+// A system prompt computed and saved by one engine is loaded by another (a new process, say):
+// a request starting with it takes its full blocks from the cache instead of computing them and
+// still gets its lone generation's tokens. A corrupt file or one from another cache type is
+// refused with the pool untouched.
+TEST(Engine, SavedPrefixServesAnotherEngine) {
+  const std::string path = testing::TempDir() + "hllm_engine_prefix.kv";
+  std::mt19937 rng(10);
+  const auto system = random_tokens(50, rng);
+  Request r = make_request(system, 3, 12);
+  for (std::int32_t t : random_tokens(9, rng)) r.prompt.push_back(t);
+  {
+    Engine<> first(engine_model(), {.kv_type = hllm::KVType::f16, .kv_tokens = 512, .threads = 1});
+    first.save_prefix(system, path);
+    EXPECT_EQ(first.stats().kv_blocks_used, 0u);
+    EXPECT_EQ(first.stats().kv_blocks_cached, 3u);  // 48 of the 50 tokens in full blocks
+  }
+  Engine<> second(engine_model(), {.kv_type = hllm::KVType::f16, .kv_tokens = 512, .threads = 1});
+  EXPECT_EQ(second.load_prefix(path), system);
+  EXPECT_EQ(second.stats().kv_blocks_cached, 3u);
+  const Completion c = run_all(second, {r})[0];
+  EXPECT_EQ(c.cached_tokens, 48u);
+  EXPECT_EQ(second.stats().tokens_computed, r.prompt.size() - 48 + c.tokens.size() - 1);
+  EXPECT_EQ(c.tokens, alone(r, hllm::KVType::f16).tokens);
+
+  Engine<> other_type(engine_model(), {.kv_type = hllm::KVType::f32, .kv_tokens = 512});
+  hllm::test::expect_error([&] { other_type.load_prefix(path); }, ErrorKind::invalid_argument,
+                           "header.kv_type", path, hllm::kv_state_format::kKVTypeAt, "f16");
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x5a');
+  }
+  Engine<> third(engine_model(), {.kv_type = hllm::KVType::f16, .kv_tokens = 512, .threads = 1});
+  try {
+    third.load_prefix(path);
+    ADD_FAILURE() << "a corrupt state file was loaded";
+  } catch (const hllm::Error& e) {
+    EXPECT_EQ(e.file(), path) << e.what();
+    EXPECT_TRUE(e.offset().has_value()) << e.what();
+  }
+  EXPECT_EQ(third.stats().kv_blocks_cached, 0u);
+  EXPECT_EQ(third.stats().kv_blocks_used, 0u);
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ struct GenerateOptions {
 enum class StopReason {
   eos,                   // the model sampled opts.eos
   stop_token,            // the model sampled one of opts.stop_tokens
+  stop_string,           // the text contained a stop string (serve/engine.hpp's requests)
   max_tokens,            // opts.max_tokens tokens were generated
   context_full,          // the session's context cannot take the next token
   cancelled,             // on_token returned false
@@ -43,6 +44,7 @@ inline const char* to_string(StopReason r) {
   switch (r) {
     case StopReason::eos: return "eos";
     case StopReason::stop_token: return "stop_token";
+    case StopReason::stop_string: return "stop_string";
     case StopReason::max_tokens: return "max_tokens";
     case StopReason::context_full: return "context_full";
     default: return "cancelled";

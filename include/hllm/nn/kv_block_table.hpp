@@ -21,11 +21,16 @@
 // Prefix reuse: reuse_prefix() takes a new sequence's leading blocks from the allocator's cache
 // of published blocks; publish_full_blocks() publishes the blocks a prefill filled, so later
 // sequences can take them.
+//
+// Sliding windows: release_before() gives back the leading blocks no later query can see; their
+// places in blocks() hold kReleasedBlock, and attention, which reads only the window, never
+// reads them. Such a table publishes no further blocks and cannot be forked.
 
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -36,6 +41,9 @@
 #include "hllm/nn/kv_block_allocator.hpp"
 
 namespace hllm {
+
+// The id blocks() shows for a leading block that release_before() gave back.
+inline constexpr BlockId kReleasedBlock = std::numeric_limits<BlockId>::max();
 
 class KVBlockTable {
  public:
@@ -50,6 +58,7 @@ class KVBlockTable {
   KVBlockTable(KVBlockTable&& other) noexcept
       : block_tokens_(other.block_tokens_),
         length_(std::exchange(other.length_, 0)),
+        released_(std::exchange(other.released_, 0)),
         blocks_(std::exchange(other.blocks_, {})),
         hashes_(std::exchange(other.hashes_, {})) {}
   // Only onto an empty table (one released, or moved from), so no reference is lost.
@@ -61,6 +70,7 @@ class KVBlockTable {
                                                    " blocks (release_all first)");
     block_tokens_ = other.block_tokens_;
     length_ = std::exchange(other.length_, 0);
+    released_ = std::exchange(other.released_, 0);
     blocks_ = std::exchange(other.blocks_, {});
     hashes_ = std::exchange(other.hashes_, {});
     return *this;
@@ -71,8 +81,14 @@ class KVBlockTable {
   std::size_t length() const noexcept { return length_; }
   // Positions the held blocks have room for.
   std::size_t capacity() const noexcept { return blocks_.size() * block_tokens_; }
-  // The held blocks in position order.   [ceil(capacity / block_tokens)]
+  // The held blocks in position order, the released ones as kReleasedBlock.
+  // [ceil(capacity / block_tokens)]
   std::span<const BlockId> blocks() const noexcept { return blocks_; }
+  // Leading blocks given back by release_before(): positions below
+  // n_released() * block_tokens() are gone.
+  std::size_t n_released() const noexcept { return released_; }
+  // Blocks this table holds a reference to.
+  std::size_t n_held() const noexcept { return blocks_.size() - released_; }
   // Leading blocks this table has published or found (publish_full_blocks resumes after them).
   std::size_t n_published() const noexcept { return hashes_.size(); }
 
@@ -82,6 +98,9 @@ class KVBlockTable {
       throw Error(ErrorKind::out_of_range, "position " + std::to_string(position) +
                                                " is past the KV block table's capacity of " +
                                                std::to_string(capacity()) + " tokens");
+    if (position / block_tokens_ < released_)
+      throw Error(ErrorKind::out_of_range,
+                  "position " + std::to_string(position) + " is in a KV block the table released");
     return blocks_[position / block_tokens_];
   }
   std::size_t slot_of(std::size_t position) const noexcept { return position % block_tokens_; }
@@ -117,6 +136,9 @@ class KVBlockTable {
   // reference, and the first of the two to write into a shared block copies it.
   KVBlockTable fork(KVBlockAllocator& allocator) const {
     check(allocator);
+    if (released_ > 0)
+      throw Error(ErrorKind::invalid_argument,
+                  "cannot fork a KV block table that released blocks outside its window");
     KVBlockTable sibling(block_tokens_);
     sibling.blocks_ = blocks_;
     sibling.hashes_ = hashes_;
@@ -145,11 +167,42 @@ class KVBlockTable {
                                                std::to_string(length));
     const std::size_t keep = length / block_tokens_ + (length % block_tokens_ != 0);
     while (blocks_.size() > keep) {
-      allocator.release(blocks_.back());
+      if (blocks_.size() > released_) allocator.release(blocks_.back());
       blocks_.pop_back();
     }
+    released_ = std::min(released_, blocks_.size());
+    if (blocks_.empty()) released_ = 0;
     length_ = length;
     hashes_.resize(std::min(hashes_.size(), length / block_tokens_));
+  }
+
+  // Gives back every block wholly before `position` (a sliding window's first visible key):
+  // they become kReleasedBlock in blocks(). Returns the blocks released by this call.
+  std::size_t release_before(KVBlockAllocator& allocator, std::size_t position) {
+    check(allocator);
+    const std::size_t dead = std::min(position / block_tokens_, blocks_.size());
+    const std::size_t before = released_;
+    for (; released_ < dead; ++released_) {
+      allocator.release(blocks_[released_]);
+      blocks_[released_] = kReleasedBlock;
+    }
+    return released_ - before;
+  }
+
+  // Makes every block from the one holding `position` on this table's own and unpublished, as
+  // prepare_write does, committed positions included: for rewriting rows in place (a context
+  // shift moves them). False when a copy needs a block the pool lacks; the blocks made writable
+  // by then stay so.
+  template <class CopyBlock>
+  requires std::invocable<CopyBlock&, BlockId, BlockId>
+  bool prepare_rewrite(KVBlockAllocator& allocator, std::size_t position, CopyBlock&& copy_block) {
+    check(allocator);
+    if (position / block_tokens_ < released_)
+      throw Error(ErrorKind::invalid_argument,
+                  "position " + std::to_string(position) + " is in a released KV block");
+    for (std::size_t index = position / block_tokens_; index < blocks_.size(); ++index)
+      if (!own_block(allocator, index, copy_block)) return false;
+    return true;
   }
 
   // Makes the block holding `position` (at or past length(), inside capacity()) this table's own
@@ -166,29 +219,8 @@ class KVBlockTable {
       throw Error(ErrorKind::invalid_argument,
                   "position " + std::to_string(position) + " is committed (the table holds " +
                       std::to_string(length_) + " tokens): truncate before rewriting it");
-    const BlockId old = block_for(position);
-    const std::size_t index = position / block_tokens_;
-    const bool shared = allocator.refcount(old) > 1;
-    if (shared || allocator.is_published(old)) {
-      const std::optional<BlockId> copy =
-          shared || allocator.n_available() > 0 ? allocator.allocate() : std::nullopt;
-      if (copy) {
-        try {
-          copy_block(old, *copy);
-        } catch (...) {
-          allocator.release(*copy);
-          throw;
-        }
-        allocator.release(old);
-        blocks_[index] = *copy;
-      } else if (shared) {
-        return false;
-      } else {
-        allocator.unpublish(old);
-      }
-    }
-    hashes_.resize(std::min(hashes_.size(), index));
-    return true;
+    (void)block_for(position);  // inside the capacity, in a block still held
+    return own_block(allocator, position / block_tokens_, copy_block);
   }
 
   // Readies the table for `n_tokens` more tokens after length(): reserves their blocks and makes
@@ -255,6 +287,7 @@ class KVBlockTable {
   std::size_t publish_full_blocks(KVBlockAllocator& allocator,
                                   std::span<const std::int32_t> tokens) {
     check(allocator);
+    if (released_ > 0) return hashes_.size();
     if (tokens.size() < length_)
       throw Error(ErrorKind::invalid_argument,
                   "publish_full_blocks got " + std::to_string(tokens.size()) +
@@ -281,6 +314,34 @@ class KVBlockTable {
   }
 
  private:
+  // prepare_write's work for block `index`: a shared block is replaced by a copy, a published one
+  // copied while a block is available, else unpublished.
+  template <class CopyBlock>
+  bool own_block(KVBlockAllocator& allocator, std::size_t index, CopyBlock& copy_block) {
+    const BlockId old = blocks_[index];
+    const bool shared = allocator.refcount(old) > 1;
+    if (shared || allocator.is_published(old)) {
+      const std::optional<BlockId> copy =
+          shared || allocator.n_available() > 0 ? allocator.allocate() : std::nullopt;
+      if (copy) {
+        try {
+          copy_block(old, *copy);
+        } catch (...) {
+          allocator.release(*copy);
+          throw;
+        }
+        allocator.release(old);
+        blocks_[index] = *copy;
+      } else if (shared) {
+        return false;
+      } else {
+        allocator.unpublish(old);
+      }
+    }
+    hashes_.resize(std::min(hashes_.size(), index));
+    return true;
+  }
+
   void check(const KVBlockAllocator& allocator) const {
     if (allocator.block_tokens() != block_tokens_)
       throw Error(ErrorKind::invalid_argument,
@@ -291,6 +352,7 @@ class KVBlockTable {
 
   std::size_t block_tokens_;
   std::size_t length_ = 0;
+  std::size_t released_ = 0;           // leading blocks given back (release_before)
   std::vector<BlockId> blocks_;        // [ceil(capacity / block_tokens)] in position order
   std::vector<std::uint64_t> hashes_;  // [n_published] chained hashes of the leading blocks
 };

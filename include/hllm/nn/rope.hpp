@@ -103,6 +103,17 @@ class Rope {
     apply(x, n_heads, cos.data(), sin.data());
   }
 
+  // cos, sin: [rot_dims/2] of the rotation by `delta` positions, without mscale: apply() with
+  // them turns x rotated at position p (mscale applied once already) into x rotated at p + delta,
+  // since rotations compose. A context shift moves cached keys with delta < 0.
+  void shift_angles(std::int64_t delta, float* cos, float* sin) const {
+    for (std::size_t i = 0; i < inv_freq_.size(); ++i) {
+      const double angle = static_cast<double>(delta) * inv_freq_[i];
+      cos[i] = static_cast<float>(std::cos(angle));
+      sin[i] = static_cast<float>(std::sin(angle));
+    }
+  }
+
  private:
   static void fail(const std::string& message) {
     throw Error(ErrorKind::invalid_argument, "RoPE: " + message);
