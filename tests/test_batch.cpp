@@ -160,6 +160,32 @@ TEST(BatchedForward, EachSequenceGetsItsSessionLogitsInAnyBatch) {
   }
 }
 
+// Head dim 64: the quantized caches store Hadamard-rotated rows (nn/kv_rotation.hpp), and the
+// paged and contiguous paths rotate alike, so each sequence still gets its Session's bits.
+TEST(BatchedForward, RotatedQuantizedCachesGiveTheSessionLogits) {
+  hllm::ModelConfig c = batch_config();
+  c.n_heads = 4;  // 256 / 4 = 64 dims per head
+  std::vector<std::vector<std::byte>> bytes;
+  const hllm::Llama<> model(c, hllm::test::typed_weights(c, hllm::DType::q8_0, 37, bytes));
+  std::mt19937 rng(64);
+  for (hllm::Isa isa : hllm::test::supported_isas())
+    for (KVType kv : hllm::kKVTypes) {
+      SCOPED_TRACE(std::string(hllm::to_string(isa)) + " kv " + hllm::to_string(kv));
+      hllm::BatchRunner<> runner(model, {.max_tokens = 48, .threads = 2, .isa = isa});
+      std::vector<Sequence> sequences(std::uniform_int_distribution<std::size_t>(2, 8)(rng));
+      for (Sequence& s : sequences) {
+        s.prompt = std::uniform_int_distribution<std::size_t>(1, 40)(rng);
+        s.tokens = random_tokens(s.prompt + rng() % 7, rng);
+        s.reference = session_logits(model, s.tokens, isa, kv, 2);
+      }
+      KVBlockAllocator allocator(40, hllm::kDefaultBlockTokens);
+      hllm::AnyPagedKVStorage storage(kv, 40, hllm::kDefaultBlockTokens, 2, 2, 64);
+      run_random_schedule(runner, sequences, storage, allocator, rng);
+      if (HasFatalFailure()) return;
+      for (Sequence& s : sequences) s.table.release_all(allocator);
+    }
+}
+
 // Runs `tokens` after the table's committed positions through the runner in one entry (after
 // prepare_append) and returns every position's logits.   [tokens][vocab]
 std::vector<float> run_entry(hllm::BatchRunner<>& runner, KVBlockTable& table,

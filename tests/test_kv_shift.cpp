@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "hllm/model/batch.hpp"
+#include "hllm/nn/kv_rotation.hpp"
 #include "hllm/nn/kv_shift.hpp"
 #include "test_util.hpp"
 #include "typed_weights.hpp"
@@ -54,6 +56,18 @@ const hllm::Llama<>& one_layer_model() {
   return model;
 }
 
+// Head dim 64: quantized caches hold Hadamard-rotated rows, which the shift turns back first.
+const hllm::Llama<>& one_layer_model_64() {
+  static const hllm::ModelConfig c = [] {
+    hllm::ModelConfig config = shift_config(1);
+    config.n_heads = 2;
+    return config;
+  }();
+  static std::vector<std::vector<std::byte>> bytes;
+  static const hllm::Llama<> model(c, hllm::test::typed_weights(c, hllm::DType::f32, 6, bytes));
+  return model;
+}
+
 template <class F>
 void expect_kind(F&& f, ErrorKind kind, const std::string& message) {
   hllm::test::expect_error(std::forward<F>(f), kind, "", "", std::nullopt, message);
@@ -83,21 +97,26 @@ std::vector<float> prefill(hllm::BatchRunner<>& runner, KVBlockTable& table,
 // equal those of a fresh prefill of the kept tokens (rounding aside: the shifted keys went
 // through one more rotation, and through the element type's rounding once more).
 TEST(ContextShift, OneLayerShiftEqualsAFreshPrefillOfTheKeptTokens) {
-  const hllm::Llama<>& model = one_layer_model();
-  hllm::BatchRunner<> runner(model, {.max_tokens = 64, .threads = 1});
   std::mt19937 rng(3);
   struct Case {
+    const hllm::Llama<>* model;
     KVType type;
     float tolerance;  // of the largest logit difference, relative to the largest logit
   };
-  for (const Case c : {Case{KVType::f32, 1e-5f}, Case{KVType::f16, 2e-3f}}) {
+  for (const Case c :
+       {Case{&one_layer_model(), KVType::f32, 1e-5f}, Case{&one_layer_model(), KVType::f16, 2e-3f},
+        Case{&one_layer_model_64(), KVType::f32, 1e-5f},
+        Case{&one_layer_model_64(), KVType::q8_0, 2e-2f}}) {
+    const hllm::Llama<>& model = *c.model;
+    const std::size_t head_dim = static_cast<std::size_t>(model.config().resolved_head_dim());
+    hllm::BatchRunner<> runner(model, {.max_tokens = 64, .threads = 1});
     for (const auto& [length, n_keep, n_discard] :
          {std::tuple{50u, 5u, 20u}, std::tuple{64u, 0u, 32u}, std::tuple{33u, 16u, 8u},
           std::tuple{100u, 17u, 41u}}) {
       SCOPED_TRACE(testing::Message() << hllm::to_string(c.type) << " length " << length << " keep "
                                       << n_keep << " discard " << n_discard);
       const auto tokens = hllm::test::random_tokens(length + 1, rng, 300);
-      hllm::AnyPagedKVStorage storage(c.type, 32, hllm::kDefaultBlockTokens, 1, 2, 32);
+      hllm::AnyPagedKVStorage storage(c.type, 32, hllm::kDefaultBlockTokens, 1, 2, head_dim);
       KVBlockAllocator allocator(storage.n_blocks(), storage.block_tokens());
       KVBlockTable shifted;
       prefill(runner, shifted, std::span(tokens).first(length), storage, allocator);
@@ -271,6 +290,77 @@ TEST(SlidingWindow, ReleasedBlocksGoBackToThePool) {
   EXPECT_EQ(allocator.n_referenced(), 0u);
   EXPECT_EQ(table.n_released(), 0u);
   EXPECT_EQ(table.capacity(), 0u);
+}
+
+// --- the rotation of quantized caches -------------------------------------------------------
+
+// hadamard_rotate is x ← H x with H Sylvester's Walsh–Hadamard matrix over √n, built here from
+// its definition (H[i][j] = (−1)^popcount(i & j) / √n), block by block; H H = I.
+TEST(KVRotation, IsTheOrthonormalWalshHadamardMatrix) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  for (const std::size_t block : {64u, 128u, 256u}) {
+    std::vector<float> x(3 * block);
+    for (float& v : x) v = normal(rng);
+    std::vector<float> y = x;
+    hllm::hadamard_rotate(y.data(), y.size(), block);
+    for (std::size_t b = 0; b < 3; ++b)
+      for (std::size_t i = 0; i < block; ++i) {
+        double expected = 0;
+        for (std::size_t j = 0; j < block; ++j)
+          expected += (std::popcount(i & j) % 2 ? -1.0 : 1.0) * x[b * block + j];
+        expected /= std::sqrt(static_cast<double>(block));
+        ASSERT_NEAR(y[b * block + i], expected, 1e-4) << "block " << block << " row " << i;
+      }
+    hllm::hadamard_rotate(y.data(), y.size(), block);
+    for (std::size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], x[i], 1e-5);
+  }
+}
+
+// Which caches rotate: the quantized types, head dims that are multiples of 64, keys in the
+// largest power-of-two block from 64 dividing the head dim, values in 64s (llama.cpp's rule).
+TEST(KVRotation, OnlyQuantizedCachesOfHeadDimsOf64Rotate) {
+  EXPECT_FALSE(hllm::kv_rotation<float>(128).active());
+  EXPECT_FALSE(hllm::kv_rotation<hllm::f16>(128).active());
+  EXPECT_FALSE(hllm::kv_rotation<hllm::bf16>(64).active());
+  EXPECT_FALSE(hllm::kv_rotation<hllm::BlockQ8_0>(32).active());
+  EXPECT_FALSE(hllm::kv_rotation<hllm::BlockQ4_0>(96).active());
+  for (const auto& [head_dim, key_block] :
+       {std::pair{64u, 64u}, std::pair{128u, 128u}, std::pair{192u, 64u}, std::pair{256u, 256u}}) {
+    const hllm::KVRotation r = hllm::kv_rotation<hllm::BlockQ4_0>(head_dim);
+    EXPECT_EQ(r.key_block, key_block) << head_dim;
+    EXPECT_EQ(r.value_block, 64u);
+    EXPECT_TRUE(hllm::kv_rotation<hllm::BlockFP8>(head_dim).active());
+    EXPECT_TRUE(hllm::kv_rotation<hllm::BlockQ8_0>(head_dim).active());
+  }
+}
+
+// Why: a key with an outlier dimension loses its small dimensions to a Q4_0 block scale set by
+// the outlier; rotated, the outlier's weight is spread over the block and q·k comes out closer.
+TEST(KVRotation, RotatedOutlierKeysQuantizeBetter) {
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal;
+  double plain_error = 0, rotated_error = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> q(64), k(64);
+    for (float& v : q) v = normal(rng);
+    for (float& v : k) v = normal(rng);
+    k[static_cast<std::size_t>(trial) % 64] = 25.0f;  // one outlier dimension
+    double exact = 0;
+    for (std::size_t d = 0; d < 64; ++d) exact += double(q[d]) * k[d];
+    const auto quantized_dot = [](const std::vector<float>& qv, const std::vector<float>& kv) {
+      hllm::BlockQ4_0 row[2];
+      hllm::store_kv_row(kv.data(), 64, row);
+      double dot = 0;
+      for (std::size_t d = 0; d < 64; ++d) dot += double(qv[d]) * hllm::kv_value(row, d);
+      return dot;
+    };
+    plain_error += std::abs(quantized_dot(q, k) - exact);
+    hllm::hadamard_rotate(q.data(), 64, 64);
+    hllm::hadamard_rotate(k.data(), 64, 64);
+    rotated_error += std::abs(quantized_dot(q, k) - exact);
+  }
+  EXPECT_LT(rotated_error, 0.6 * plain_error) << plain_error / 200 << " " << rotated_error / 200;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "hllm/model/spec.hpp"
 #include "hllm/model/weights.hpp"
 #include "hllm/nn/attention.hpp"
+#include "hllm/nn/kv_rotation.hpp"
 #include "hllm/nn/rms_norm.hpp"
 #include "hllm/nn/rope.hpp"
 #include "hllm/nn/swiglu.hpp"
@@ -89,12 +90,20 @@ class LlamaBlock {
     const Compute::Product qkv[] = {
         {&weights_.wq, s.q.data()}, {&weights_.wk, s.k.data()}, {&weights_.wv, s.v.data()}};
     compute.matmul_fused(qkv, s.normed.data(), n_tokens);
+    // A quantized cache stores rotated rows (nn/kv_rotation.hpp); queries turn with the keys.
+    const KVRotation rotation = chunk.rotation();
     for (std::size_t t = 0; t < n_tokens; ++t) {
-      rope.apply(s.q.data() + t * q_width, n_heads_(), cos + t * half_rot, sin + t * half_rot,
-                 compute.kernels());
-      rope.apply(s.k.data() + t * kv_width, n_kv_heads_(), cos + t * half_rot, sin + t * half_rot,
-                 compute.kernels());
-      chunk.store(layer_, t, s.k.data() + t * kv_width, s.v.data() + t * kv_width);
+      float* q = s.q.data() + t * q_width;
+      float* k = s.k.data() + t * kv_width;
+      float* v = s.v.data() + t * kv_width;
+      rope.apply(q, n_heads_(), cos + t * half_rot, sin + t * half_rot, compute.kernels());
+      rope.apply(k, n_kv_heads_(), cos + t * half_rot, sin + t * half_rot, compute.kernels());
+      if (rotation.active()) {
+        hadamard_rotate(q, q_width, rotation.key_block);
+        hadamard_rotate(k, kv_width, rotation.key_block);
+        hadamard_rotate(v, kv_width, rotation.value_block);
+      }
+      chunk.store(layer_, t, k, v);
     }
     // Every token of the chunk is stored before any attends, and each attends to positions up
     // to its own, so causality inside the chunk comes for free. Threads split the independent
@@ -112,6 +121,8 @@ class LlamaBlock {
                                    (g + 1) * group);
                     }
                   });
+    if (rotation.active())  // the output of rotated values, turned back (H is its own inverse)
+      hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
     add_into(x, s.projected.data(), n_tokens * dim);
 

@@ -10,7 +10,8 @@
 //                     its attention over its own sequence's keys at positions <= position(t)
 //                     for query heads [head_begin, head_end), q, out: [n_heads][head_dim]
 //                     (noexcept: it runs on pool threads);
-//   visible_keys()    the keys all the chunk's tokens attend to together (sizes the thread split).
+//   visible_keys()    the keys all the chunk's tokens attend to together (sizes the thread split);
+//   rotation()        how its element type rotates rows before storing them (nn/kv_rotation.hpp).
 // Causality comes from the order of the block: every token of a chunk is stored before any of
 // them attends, and each attends only up to its own position.
 
@@ -21,6 +22,7 @@
 #include "hllm/nn/attention.hpp"
 #include "hllm/nn/kv_block_table.hpp"
 #include "hllm/nn/kv_cache.hpp"
+#include "hllm/nn/kv_rotation.hpp"
 #include "hllm/nn/paged_kv_storage.hpp"
 
 namespace hllm {
@@ -44,6 +46,7 @@ class ContiguousKVChunk {
   std::size_t visible_keys() const noexcept {
     return n_tokens_ * start_ + n_tokens_ * (n_tokens_ + 1) / 2;
   }
+  KVRotation rotation() const noexcept { return kv_rotation<KV>(cache_.head_dim()); }
 
  private:
   KVCache<KV>& cache_;
@@ -83,6 +86,7 @@ class PagedKVChunk {
     for (const PagedToken& token : tokens_) keys += token.position + 1;
     return keys;
   }
+  KVRotation rotation() const noexcept { return kv_rotation<KV>(storage_.head_dim()); }
 
  private:
   PagedKVStorage<KV>& storage_;

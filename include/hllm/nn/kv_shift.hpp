@@ -4,7 +4,8 @@
 // down by n_discard. A moved key was rotated by RoPE at its old position; rotating it by
 // −n_discard positions' angles makes it the key of its new position (rotations compose), so
 // nothing is recomputed. Values move unchanged. Quantized keys are dequantized, rotated and
-// quantized again, as llama.cpp's shift does for quantized caches.
+// quantized again, as llama.cpp's shift does for quantized caches; a cache that stores rows
+// Hadamard-rotated (nn/kv_rotation.hpp) has each key turned back first and again after.
 //
 // The result is not what a fresh prefill of the kept tokens would give: the moved tokens' keys
 // and values of layers past the first still carry what they saw of the dropped tokens. That is
@@ -20,6 +21,7 @@
 #include "hllm/core/kv_element.hpp"
 #include "hllm/nn/kv_block_allocator.hpp"
 #include "hllm/nn/kv_block_table.hpp"
+#include "hllm/nn/kv_rotation.hpp"
 #include "hllm/nn/paged_kv_storage.hpp"
 #include "hllm/nn/rope.hpp"
 
@@ -60,6 +62,7 @@ bool shift_context(KVBlockTable& table, PagedKVStorage<KV>& storage, KVBlockAllo
   const std::size_t row_elements = kv_row_elements<KV>(head_dim);
   std::vector<float> cos(rope.rot_dims() / 2), sin(rope.rot_dims() / 2);  // [rot_dims/2]
   rope.shift_angles(-static_cast<std::int64_t>(n_discard), cos.data(), sin.data());
+  const KVRotation rotation = kv_rotation<KV>(head_dim);
   std::vector<float> key(head_dim);  // [head_dim] one key, dequantized
   // Ascending, so every source is read before a later move overwrites it (sources lie above
   // their destinations).
@@ -71,7 +74,9 @@ bool shift_context(KVBlockTable& table, PagedKVStorage<KV>& storage, KVBlockAllo
       for (std::size_t head = 0; head < storage.n_kv_heads(); ++head) {
         const KV* k = storage.row(from_block, from_slot, layer, 0, head);
         for (std::size_t d = 0; d < head_dim; ++d) key[d] = kv_value(k, d);
+        if (rotation.active()) hadamard_rotate(key.data(), head_dim, rotation.key_block);
         rope.apply(key.data(), 1, cos.data(), sin.data());
+        if (rotation.active()) hadamard_rotate(key.data(), head_dim, rotation.key_block);
         store_kv_row(key.data(), head_dim, storage.row(to_block, to_slot, layer, 0, head));
         std::memcpy(static_cast<void*>(storage.row(to_block, to_slot, layer, 1, head)),
                     static_cast<const void*>(storage.row(from_block, from_slot, layer, 1, head)),
