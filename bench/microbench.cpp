@@ -191,6 +191,20 @@ std::vector<std::byte> random_k_quant(hllm::DType type, std::size_t n) {
   return bytes;
 }
 
+// Q4_1 blocks of random nibbles with d = 1/8 and m = −1 (values in [−1, 0.875]).
+std::vector<std::byte> random_q4_1(std::size_t n) {
+  std::vector<hllm::BlockQ4_1> blocks(n / hllm::kQK4_1);
+  std::mt19937 rng(1);
+  for (auto& b : blocks) {
+    b.d = hllm::from_float<hllm::f16>(1.0f / 8);
+    b.m = hllm::from_float<hllm::f16>(-1.0f);
+    for (auto& q : b.qs) q = static_cast<std::uint8_t>(rng());
+  }
+  std::vector<std::byte> bytes(blocks.size() * sizeof(hllm::BlockQ4_1));
+  std::memcpy(bytes.data(), blocks.data(), bytes.size());
+  return bytes;
+}
+
 // rows × cols random weights of a quantized type; the repacked types as the file type's bytes,
 // repacked as a loader would (and, as a loader places them, 64-byte aligned: the file's layout
 // has no alignment to keep).
@@ -200,6 +214,8 @@ hllm::AlignedBuffer<std::byte> random_quant_weights(hllm::DType type, std::size_
   const auto file_layout = file_type == hllm::DType::q4_k || file_type == hllm::DType::q5_k ||
                                    file_type == hllm::DType::q6_k
                                ? random_k_quant(file_type, rows * cols)
+                           : file_type == hllm::DType::q4_1
+                               ? random_q4_1(rows * cols)
                                : hllm::quant::quantize(file_type, random_floats(rows * cols, 1));
   hllm::AlignedBuffer<std::byte> w(hllm::WeightTensor{type, nullptr, rows, cols, "w"}.bytes());
   if (type != file_type)
@@ -283,6 +299,8 @@ BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0_x8>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q8_0_x16>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_0_x16>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_1>)->Apply(quant_matmul_shapes);
+BENCHMARK(BM_QuantMatmul<hllm::DType::q4_1_x16>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q5_k>)->Apply(quant_matmul_shapes);
 BENCHMARK(BM_QuantMatmul<hllm::DType::q4_k_x8>)->Apply(quant_matmul_shapes);

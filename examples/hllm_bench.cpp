@@ -389,9 +389,9 @@ Peaks measure_peaks(hllm::ThreadPool& pool, hllm::Isa isa) {
 }
 
 // The peak a matrix of this type runs against in prefill, as the kernel table decides: the
-// types with an integer kernel (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K: 8-bit activations) on integer dot
-// products, BF16 on vdpbf16ps where the CPU has it, every other type on FP32 FMAs (F16, F32,
-// and Q4_1 dequantized to float32).
+// types with an integer kernel (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K: 8-bit activations) on
+// integer dot products, BF16 on vdpbf16ps where the CPU has it, every other type on FP32 FMAs
+// (F16, F32).
 struct Peak {
   double ops = 0;
   const char* kind = "FP32";

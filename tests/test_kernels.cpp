@@ -399,7 +399,8 @@ std::vector<std::byte> interleaved_bytes(hllm::DType file_type, const std::vecto
   return out;
 }
 
-// rows × cols weights of a quantized type: Q8_0/Q4_0 by quantizing random floats; Q4_K/Q6_K as
+// rows × cols weights of a quantized type: Q8_0/Q4_0 by quantizing random floats; Q4_1 as random
+// nibbles with d about 1/8 and m about −1 (values in about [−1, 1]); Q4_K/Q6_K as
 // random blocks (every bit pattern is a valid block) with scales d, dmin of about 1/64, so
 // values stay near unit size and every scale, minimum and 6-bit value gets exercised; the
 // repacked types (Q4_0_X8, ...) as their file type's, repacked.
@@ -490,13 +491,23 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
   scalar.quant_matmul_for(type)(bytes.data(), rows, cols, xq.data(), n_tokens, twin.data(), 0, rows,
                                 scratch.data());
 
-  // Q4_K/Q5_K kernels sum s·q·x and min·x apart and subtract at the end, so their float rounding
-  // scales with Σ|s·q·x| + Σ|min·x| <= Σ|w·x| + 2·Σ|min·x|: the minimums are the values of the
-  // same blocks with every nibble zeroed.
+  // Q4_1/Q4_K/Q5_K kernels sum s·q·x and min·x apart and add them at the end, so their float
+  // rounding scales with Σ|s·q·x| + Σ|min·x| <= Σ|w·x| + 2·Σ|min·x|: the minimums are the values
+  // of the same blocks with every nibble zeroed.
   std::vector<std::byte> zeroed = bytes;
   const bool has_minimum = hllm::file_type_of(type) == hllm::DType::q4_k ||
-                           hllm::file_type_of(type) == hllm::DType::q5_k;
-  for (std::size_t i = 0; has_minimum && i < rows * cols / hllm::kQK_K; ++i) {
+                           hllm::file_type_of(type) == hllm::DType::q5_k ||
+                           hllm::file_type_of(type) == hllm::DType::q4_1;
+  if (type == hllm::DType::q4_1)
+    for (std::size_t i = 0; i < rows * cols / 32; ++i)
+      std::memset(reinterpret_cast<hllm::BlockQ4_1*>(zeroed.data())[i].qs, 0,
+                  sizeof(hllm::BlockQ4_1::qs));
+  if (type == hllm::DType::q4_1_x16)  // one unit holds 16 rows' two blocks
+    for (std::size_t i = 0; i < rows * cols / 32 / 32; ++i)
+      std::memset(reinterpret_cast<hllm::BlockQ4_1x16*>(zeroed.data())[i].qs, 0,
+                  sizeof(hllm::BlockQ4_1x16::qs));
+  const bool k_quant = has_minimum && hllm::file_type_of(type) != hllm::DType::q4_1;
+  for (std::size_t i = 0; k_quant && i < rows * cols / hllm::kQK_K; ++i) {
     if (type == hllm::DType::q4_k_x8) {
       if (i % 8 == 0)  // one group holds 8 rows' super-block
         std::memset(reinterpret_cast<hllm::BlockQ4_Kx8*>(zeroed.data())[i / 8].qs, 0,
@@ -551,6 +562,7 @@ TEST_P(KernelIsa, QuantizedMatmulMatchesTwinAndExactWithinDerivedBounds) {
     const auto seed = static_cast<std::uint32_t>(trial * 13 + 1);
     check_quant_matmul<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0, rows, cols, n, seed);
     check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0, rows, cols, n, seed);
+    check_quant_matmul<hllm::BlockQ4_1>(GetParam(), hllm::DType::q4_1, rows, cols, n, seed);
   }
 }
 
@@ -585,6 +597,7 @@ TEST_P(KernelIsa, QuantizedPrefillGemmMatchesTwinAcrossPanelAndChunkBoundaries) 
     const auto seed = static_cast<std::uint32_t>(rows * 7 + blocks + n);
     check_quant_matmul<hllm::BlockQ8_0>(GetParam(), hllm::DType::q8_0, rows, cols, n, seed);
     check_quant_matmul<hllm::BlockQ4_0>(GetParam(), hllm::DType::q4_0, rows, cols, n, seed);
+    check_quant_matmul<hllm::BlockQ4_1>(GetParam(), hllm::DType::q4_1, rows, cols, n, seed);
   }
 }
 
@@ -607,6 +620,9 @@ void check_repacked_quant_matmuls(
             break;
           case hllm::DType::q4_0:
             check_quant_matmul<hllm::BlockQ4_0>(isa, type, rows, cols, n, seed, split);
+            break;
+          case hllm::DType::q4_1:
+            check_quant_matmul<hllm::BlockQ4_1>(isa, type, rows, cols, n, seed, split);
             break;
           case hllm::DType::q4_k:
             check_quant_matmul<hllm::BlockQ4_K>(isa, type, rows, k_cols, n, seed, split);
@@ -638,22 +654,23 @@ TEST_P(KernelIsa, InterleavedQuantMatmulMatchesTwinAndExactWithinDerivedBounds) 
                                {DType::q8_0_x8, DType::q4_0_x8, DType::q4_k_x8, DType::q6_k_x8});
 }
 
-// Q4_0/Q8_0 in 16-row panels of two block columns and Q4_K/Q6_K of one super-block column
-// (Interleaved16): on VNNI CPUs whole groups take decode_group16 (under 8 tokens) or the
+// Q4_0/Q4_1/Q8_0 in 16-row panels of two block columns and Q4_K/Q5_K/Q6_K of one super-block
+// column (Interleaved16): on VNNI CPUs whole groups take decode_group16 (under 8 tokens) or the
 // packed-panel GEMM, whose panels load straight from them; other ISAs and rows outside whole
 // groups copy rows out. Decode and prefill token counts, K-chunk crossings (34, 70 blocks) and
 // the 256-token chunk.
 TEST_P(KernelIsa, PanelQuantMatmulMatchesTwinAndExactWithinDerivedBounds) {
   using hllm::DType;
-  check_repacked_quant_matmuls(
-      GetParam(),
-      {{16u, 2u, 1u},
-       {32u, 34u, 1u},
-       {48u, 70u, 7u},
-       {64u, 6u, 8u},
-       {32u, 64u, 17u},
-       {48u, 34u, 271u}},
-      16, 3, {DType::q8_0_x16, DType::q4_0_x16, DType::q4_k_x16, DType::q5_k_x16, DType::q6_k_x16});
+  check_repacked_quant_matmuls(GetParam(),
+                               {{16u, 2u, 1u},
+                                {32u, 34u, 1u},
+                                {48u, 70u, 7u},
+                                {64u, 6u, 8u},
+                                {32u, 64u, 17u},
+                                {48u, 34u, 271u}},
+                               16, 3,
+                               {DType::q8_0_x16, DType::q4_0_x16, DType::q4_1_x16, DType::q4_k_x16,
+                                DType::q5_k_x16, DType::q6_k_x16});
 }
 
 // Repacking keeps every block: each reads back bit for bit (Q4_K's unpacked scales pack again
@@ -697,6 +714,8 @@ TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
                                                                  hllm::DType::q4_0_x16, 128, 32);
   check_interleaved_layout<hllm::BlockQ8_0, hllm::Interleaved16>(GetParam(), hllm::DType::q8_0,
                                                                  hllm::DType::q8_0_x16, 128, 32);
+  check_interleaved_layout<hllm::BlockQ4_1, hllm::Interleaved16>(GetParam(), hllm::DType::q4_1,
+                                                                 hllm::DType::q4_1_x16, 128, 32);
   check_interleaved_layout<hllm::BlockQ4_K, hllm::Interleaved16>(GetParam(), hllm::DType::q4_k,
                                                                  hllm::DType::q4_k_x16, 512, 32);
   check_interleaved_layout<hllm::BlockQ5_K, hllm::Interleaved16>(GetParam(), hllm::DType::q5_k,
@@ -723,6 +742,18 @@ TEST(Repack, QuantizedTypesTakeThePanelsWhereTheShapeAllows) {
     std::vector<std::byte> out(bytes.size());
     EXPECT_THROW(hllm::repack_tensor(hllm::WeightTensor{type, bytes.data(), 24, 128, "w"},
                                      q4 ? DType::q4_0_x16 : DType::q8_0_x16, out.data()),
+                 hllm::Error);
+  }
+  // Q4_1 has the panels only: no 8-row groups.
+  for (auto [rows, cols, layout] :
+       {std::tuple{32u, 128u, DType::q4_1_x16}, {24u, 128u, DType::q4_1}, {32u, 96u, DType::q4_1}})
+    EXPECT_EQ(hllm::interleaved_type(hllm::WeightTensor{DType::q4_1, nullptr, rows, cols, "w"}),
+              layout);
+  {
+    const auto bytes = random_weight_bytes(DType::q4_1, 24, 128, 3);
+    std::vector<std::byte> out(bytes.size());
+    EXPECT_THROW(hllm::repack_tensor(hllm::WeightTensor{DType::q4_1, bytes.data(), 24, 128, "w"},
+                                     DType::q4_1_x16, out.data()),
                  hllm::Error);
   }
   for (DType type : {DType::q4_k, DType::q6_k}) {
@@ -890,14 +921,17 @@ TEST(KernelAvx512, WithAndWithoutVnniAgreeExactly) {
   for (std::size_t t = 0; t < n; ++t)
     hllm::kernels::avx512::quantize_activations(x.data() + t * cols, cols,
                                                 xq.data() + t * cols / 32);
-  for (hllm::DType type : {hllm::DType::q8_0, hllm::DType::q4_0}) {
-    const auto bytes = hllm::quant::quantize(type, hllm::test::random_vector(rows * cols, 4));
+  using hllm::DType;
+  namespace plain_isa = hllm::kernels::avx512;
+  namespace vnni_isa = hllm::kernels::avx512_vnni;
+  for (auto [type, plain_fn, vnni_fn] :
+       {std::tuple{DType::q8_0, &plain_isa::matmul_q8_0, &vnni_isa::matmul_q8_0},
+        {DType::q4_0, &plain_isa::matmul_q4_0, &vnni_isa::matmul_q4_0},
+        {DType::q4_1, &plain_isa::matmul_q4_1, &vnni_isa::matmul_q4_1}}) {
+    const auto bytes = random_weight_bytes(type, rows, cols, 4);
     std::vector<float> plain(n * rows), vnni(n * rows);
-    const bool q8 = type == hllm::DType::q8_0;
-    (q8 ? hllm::kernels::avx512::matmul_q8_0 : hllm::kernels::avx512::matmul_q4_0)(
-        bytes.data(), rows, cols, xq.data(), n, plain.data(), 0, rows, nullptr);
-    (q8 ? hllm::kernels::avx512_vnni::matmul_q8_0 : hllm::kernels::avx512_vnni::matmul_q4_0)(
-        bytes.data(), rows, cols, xq.data(), n, vnni.data(), 0, rows, nullptr);
+    plain_fn(bytes.data(), rows, cols, xq.data(), n, plain.data(), 0, rows, nullptr);
+    vnni_fn(bytes.data(), rows, cols, xq.data(), n, vnni.data(), 0, rows, nullptr);
     EXPECT_EQ(plain, vnni) << hllm::dtype_name(type);
   }
 }
@@ -907,8 +941,8 @@ TEST(KernelAvx512, WithAndWithoutVnniAgreeExactly) {
 // dequantized weights and float activations, so only the summation order differs.
 TEST_P(KernelIsa, DequantizingMatmulMatchesReference) {
   const auto& table = hllm::kernels::table_for(GetParam());
-  for (hllm::DType type : {hllm::DType::q8_0, hllm::DType::q4_0, hllm::DType::q4_k,
-                           hllm::DType::q5_k, hllm::DType::q6_k}) {
+  for (hllm::DType type : {hllm::DType::q8_0, hllm::DType::q4_0, hllm::DType::q4_1,
+                           hllm::DType::q4_k, hllm::DType::q5_k, hllm::DType::q6_k}) {
     const bool super =
         type == hllm::DType::q4_k || type == hllm::DType::q5_k || type == hllm::DType::q6_k;
     // (Decode rows of Q8_0 and Q6_K take their own AVX-512 dot products: one token, several
@@ -986,9 +1020,10 @@ TEST_P(KernelIsa, EveryMatmulIsBatchInvariant) {
     cases.push_back({type, 250});
     cases.push_back({type, 256});
   }
-  for (DType type : {DType::f32_x16, DType::f16_x16, DType::bf16_x16, DType::q8_0_x8,
-                     DType::q4_0_x8, DType::q4_k_x8, DType::q6_k_x8, DType::q8_0_x16,
-                     DType::q4_0_x16, DType::q4_k_x16, DType::q5_k_x16, DType::q6_k_x16})
+  for (DType type :
+       {DType::f32_x16, DType::f16_x16, DType::bf16_x16, DType::q8_0_x8, DType::q4_0_x8,
+        DType::q4_k_x8, DType::q6_k_x8, DType::q8_0_x16, DType::q4_0_x16, DType::q4_1_x16,
+        DType::q4_k_x16, DType::q5_k_x16, DType::q6_k_x16})
     cases.push_back({type, 256});
   std::vector<std::string> failures;
   for (const Case& c : cases) {

@@ -9,14 +9,17 @@ projection (token_embd when the file has no output.weight: tied embeddings).
 
 It then runs hllm-logits on the same ids in prefill and in decode mode (the default fast path)
 and prints, per mode: max abs error, rms error, the std of the reference logits, rms/std, and
-top-1 agreement. Passes when, in both modes, rms error <= 3% of the logits' std and top-1
+top-1 agreement. Passes when, in both modes, rms error <= 6% of the logits' std and top-1
 agreement >= 95%; exits 1 otherwise (2 on a usage or run error).
 
 The quantized weights are reproduced exactly on both sides, so the difference measures hllm's
-activation rounding and float32 arithmetic. hllm quantizes activations to 8 bits only for weight
-types with an integer kernel (Q8_0, Q4_0 at the time of writing); SmolLM2's matrices are Q4_1
-and its output projection always takes float32 activations, so on this file the fast path is
-float32 throughout and the expected error is at float32 rounding level (the script says so).
+activation rounding and float32 arithmetic. hllm quantizes activations to 8 bits for weight
+types with an integer kernel (Q8_0, Q4_0, Q4_1, the K-quants); SmolLM2's matrices are Q4_1, so
+its projections take 8-bit activations, while its output projection (the tied Q8_0 embedding)
+always takes float32 ones. On the 8-bit path this file's error is 3.7% (AVX-512), 4.0% (AVX2)
+and 4.8% (scalar) of the std, top-1 44 to 46 of 46 (2026-12-01), about what 8-bit rounding
+alone costs it in float64 (--per-layer, "all inputs, all layers": 5.3%): the 6% criterion. (It
+was 3% while Q4_1 ran on float32 activations, an error at float32 rounding level.)
 
 Usage: tools/check_smollm2.py [--model models/smollm2-135m-instruct.gguf]
            [--build build/release] [--tokens "1 2 3"] [-t N] [--keep DIR] [--per-layer]
@@ -284,7 +287,7 @@ def main():
     ap.add_argument("--keep", help="directory to keep ids and logits in")
     ap.add_argument("--per-layer", action="store_true",
                     help="diagnose per-layer sensitivity to 8-bit activation rounding")
-    ap.add_argument("--max-rel", type=float, default=0.03)
+    ap.add_argument("--max-rel", type=float, default=0.06)
     ap.add_argument("--min-top1", type=float, default=0.95)
     args = ap.parse_args()
 

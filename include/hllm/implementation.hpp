@@ -65,19 +65,21 @@ KernelTable with_attention(KernelTable table, F kernels_of) {
   return table;
 }
 
-// A table with the F32, F16 and Q5_K panel entries of namespaces ns and quant_ns filled in, by
-// name.
-#define HLLM_PANEL_LAYOUTS(ns, quant_ns, table)                                       \
-  with_panel_layouts(table, &ns::matmul_float_x16<float>, &ns::matmul_float_x16<f16>, \
-                     &quant_ns::matmul_x16<BlockQ5_K>, &ns::matmul_dequant<BlockQ5_Kx16, kQK_K>)
-inline KernelTable with_panel_layouts(KernelTable table, MatmulFn f32, MatmulFn f16,
-                                      QuantMatmulFn q5_k, MatmulFn q5_k_exact) {
-  table.matmul_f32_x16 = f32;
-  table.matmul_f16_x16 = f16;
-  table.matmul_q5_k_x16 = q5_k;
-  table.dequant_q5_k_x16 = q5_k_exact;
-  return table;
-}
+// A table with the entries that have defaults filled in by name, from namespaces ns and
+// quant_ns (where the integer-dot kernels come from): the F32, F16, Q4_1 and Q5_K panels and
+// Q4_1's file layout. (The positional ones, HLLM_KERNEL_TABLE, must stay in field order; a new
+// entry goes here.)
+#define HLLM_LAYOUTS(ns, quant_ns, table)                           \
+  [](KernelTable t) {                                               \
+    t.matmul_f32_x16 = &ns::matmul_float_x16<float>;                \
+    t.matmul_f16_x16 = &ns::matmul_float_x16<f16>;                  \
+    t.matmul_q4_1 = &quant_ns::matmul_q4_1;                         \
+    t.matmul_q4_1_x16 = &quant_ns::matmul_x16<BlockQ4_1>;           \
+    t.dequant_q4_1_x16 = &ns::matmul_dequant<BlockQ4_1x16, kQK4_1>; \
+    t.matmul_q5_k_x16 = &quant_ns::matmul_x16<BlockQ5_K>;           \
+    t.dequant_q5_k_x16 = &ns::matmul_dequant<BlockQ5_Kx16, kQK_K>;  \
+    return t;                                                       \
+  }(table)
 
 // Declared in kernels/dispatch.hpp. Not inline: one definition per program, here.
 const KernelTable& table_for(Isa isa) {
@@ -85,18 +87,18 @@ const KernelTable& table_for(Isa isa) {
     throw Error(ErrorKind::unsupported,
                 std::string("this CPU cannot run the ") + to_string(isa) + " kernels");
   static const KernelTable scalar_table =
-      HLLM_PANEL_LAYOUTS(scalar, scalar, HLLM_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar)));
+      HLLM_LAYOUTS(scalar, scalar, HLLM_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar)));
 #if HLLM_X86
   static const KernelTable avx2_table =
-      HLLM_PANEL_LAYOUTS(avx2, avx2, HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2)));
+      HLLM_LAYOUTS(avx2, avx2, HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2)));
   // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.
   static const KernelTable avx512_table = [] {
     KernelTable table =
         cpu_features().avx512_vnni
-            ? HLLM_PANEL_LAYOUTS(avx512, avx512_vnni,
-                                 HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512_vnni)))
-            : HLLM_PANEL_LAYOUTS(avx512, avx512,
-                                 HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512)));
+            ? HLLM_LAYOUTS(avx512, avx512_vnni,
+                           HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512_vnni)))
+            : HLLM_LAYOUTS(avx512, avx512,
+                           HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512)));
     if (cpu_features().avx512_bf16) {
       table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
     }
@@ -116,7 +118,7 @@ const KernelTable& table_for(Isa isa) {
 
 #undef HLLM_KERNEL_TABLE
 #undef HLLM_ATTENTION
-#undef HLLM_PANEL_LAYOUTS
+#undef HLLM_LAYOUTS
 
 // The model code for the dynamic spec, which the headers declare extern: compiled here once.
 namespace hllm {

@@ -22,10 +22,10 @@ enum class DType : std::uint32_t {
   q6_k = 14,
   bf16 = 30,
   // Not file types: Q4_0, Q8_0, Q4_K and Q6_K repacked at load time with 8 rows interleaved block
-  // by block (Interleaved8 in quant_blocks.hpp), for the decode kernels; the same four in 16-row
-  // panels (Interleaved16), for the VNNI decode and GEMM, where the shape allows; and BF16
-  // in 16-row column-pair panels (bf16_panels.hpp), for the BF16 GEMM and decode; F32 and F16 in
-  // 16-row panels (float_panels.hpp), for the FP32 GEMM and decode. Numbered past
+  // by block (Interleaved8 in quant_blocks.hpp), for the decode kernels; the same four, Q4_1 and
+  // Q5_K in 16-row panels (Interleaved16), for the VNNI decode and GEMM, where the shape allows;
+  // and BF16 in 16-row column-pair panels (bf16_panels.hpp), for the BF16 GEMM and decode; F32
+  // and F16 in 16-row panels (float_panels.hpp), for the FP32 GEMM and decode. Numbered past
   // every ggml type; the GGUF reader and writer refuse them (DTypeInfo::in_files).
   q4_0_x8 = 0x10000 | 2,
   q8_0_x8 = 0x10000 | 8,
@@ -33,6 +33,7 @@ enum class DType : std::uint32_t {
   q6_k_x8 = 0x10000 | 14,
   bf16_x16 = 0x10000 | 30,
   q4_0_x16 = 0x20000 | 2,
+  q4_1_x16 = 0x20000 | 3,
   q8_0_x16 = 0x20000 | 8,
   q4_k_x16 = 0x20000 | 12,
   q6_k_x16 = 0x20000 | 14,
@@ -72,6 +73,7 @@ inline bool dtype_info(DType type, DTypeInfo& info) noexcept {
     // Same bytes per block as their source types; `rows` a multiple of 16, blocks per row even.
     case DType::q4_0_x16: info = {"Q4_0_X16", 32, 18, false}; return true;
     case DType::q8_0_x16: info = {"Q8_0_X16", 32, 34, false}; return true;
+    case DType::q4_1_x16: info = {"Q4_1_X16", 32, 20, false}; return true;
     // As Q4_K_X8; `rows` a multiple of 16.
     case DType::q4_k_x16: info = {"Q4_K_X16", 256, 148, false}; return true;
     // 3392 bytes per 16 rows' super-block: the file's 210 per row, padded to whole cache lines.
@@ -100,6 +102,7 @@ constexpr DType file_type_of(DType type) noexcept {
     case DType::q6_k_x8: return DType::q6_k;
     case DType::bf16_x16: return DType::bf16;
     case DType::q4_0_x16: return DType::q4_0;
+    case DType::q4_1_x16: return DType::q4_1;
     case DType::q8_0_x16: return DType::q8_0;
     case DType::q4_k_x16: return DType::q4_k;
     case DType::q6_k_x16: return DType::q6_k;

@@ -297,6 +297,20 @@ static_assert(sizeof(BlockQ4_0x16) == 32 * sizeof(BlockQ4_0) && sizeof(BlockQ4_0
                   sizeof(BlockQ8_0x16) == 32 * sizeof(BlockQ8_0) && sizeof(BlockQ8_0x16) % 64 == 0,
               "repacking keeps a tensor's byte size, and every unit starts a cache line");
 
+// Q4_1 in 16-row panels (DType::q4_1_x16): Q4_0's unit with the 2×16 minimums m on the line
+// after the scales (a decode reads the unit front to back). 640 bytes, the file's 20 per block.
+template <>
+struct Interleaved16<BlockQ4_1> {
+  static constexpr std::size_t kRows = 16, kColumns = 2, kValues = 64;
+  static constexpr std::size_t kWords = sizeof(BlockQ4_1::qs) / 4;
+  f16 d[kColumns][kRows];
+  f16 m[kColumns][kRows];
+  std::uint8_t qs[kColumns][kWords][kRows][4];
+};
+using BlockQ4_1x16 = Interleaved16<BlockQ4_1>;
+static_assert(sizeof(BlockQ4_1x16) == 32 * sizeof(BlockQ4_1) && sizeof(BlockQ4_1x16) % 64 == 0,
+              "repacking keeps a tensor's byte size, and every unit starts a cache line");
+
 // Q4_K in 16-row panels (DType::q4_k_x16): one super-block column of 16 rows. Their scales d and
 // minimum scales dmin on one line; then per pair p of sub-blocks, one line with the pair's 6-bit
 // scales and minimums unpacked to bytes ([sub-block][row]: one 16-byte load each) and the
@@ -404,7 +418,7 @@ inline auto* q6_k_file_word(B& block, std::size_t h, std::size_t k, std::size_t 
 }
 
 // The byte Interleaved16 stores for a quant byte of the file: Q8_0's int8 plus 128 (as u8),
-// Q4_0's nibble pair unchanged; and back.
+// Q4_0's (Q4_1's) nibble pair unchanged; and back.
 template <class Block>
 constexpr std::uint8_t interleaved16_byte(std::uint8_t file_byte) noexcept {
   return std::is_same_v<Block, BlockQ8_0> ? static_cast<std::uint8_t>(file_byte ^ 0x80) : file_byte;
@@ -425,6 +439,7 @@ inline Block block_at(const Interleaved16<Block>* w, std::size_t blocks, std::si
   const Interleaved16<Block>& unit = w[unit_index<Block>(blocks, r, b)];
   Block out;
   out.d = unit.d[b % 2][r % 16];
+  if constexpr (std::is_same_v<Block, BlockQ4_1>) out.m = unit.m[b % 2][r % 16];
   auto* qs = reinterpret_cast<std::uint8_t*>(out.qs);
   for (std::size_t k = 0; k < Interleaved16<Block>::kWords; ++k)
     for (std::size_t i = 0; i < 4; ++i)
@@ -435,6 +450,7 @@ template <class Block>
 inline void place_in_group(const Block& src, std::size_t r, std::size_t b,
                            Interleaved16<Block>& unit) {
   unit.d[b % 2][r % 16] = src.d;
+  if constexpr (std::is_same_v<Block, BlockQ4_1>) unit.m[b % 2][r % 16] = src.m;
   const auto* qs = reinterpret_cast<const std::uint8_t*>(src.qs);
   for (std::size_t k = 0; k < Interleaved16<Block>::kWords; ++k)
     for (std::size_t i = 0; i < 4; ++i)

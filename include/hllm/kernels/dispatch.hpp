@@ -116,6 +116,10 @@ struct KernelTable {
   MatmulFn matmul_f32_x16 = nullptr, matmul_f16_x16 = nullptr;
   QuantMatmulFn matmul_q5_k_x16 = nullptr;
   MatmulFn dequant_q5_k_x16 = nullptr;
+  // Q4_1 on 8-bit activations (its exact path is dequant_q4_1), and Q4_1 in 16-row panels
+  // (DType::q4_1_x16): as the *_x16 ones.
+  QuantMatmulFn matmul_q4_1 = nullptr, matmul_q4_1_x16 = nullptr;
+  MatmulFn dequant_q4_1_x16 = nullptr;
   // Attention over consecutive rows and through a paged cache's block table, per cache element
   // type, indexed by KVType (a new type adds an entry, not a field per kernel; see the getters).
   AttentionKernels attention[std::size(kKVTypes)] = {};
@@ -151,6 +155,7 @@ struct KernelTable {
       case DType::q6_k_x8: return dequant_q6_k_x8;
       case DType::q8_0_x16: return dequant_q8_0_x16;
       case DType::q4_0_x16: return dequant_q4_0_x16;
+      case DType::q4_1_x16: return dequant_q4_1_x16;
       case DType::q4_k_x16: return dequant_q4_k_x16;
       case DType::q5_k_x16: return dequant_q5_k_x16;
       case DType::q6_k_x16: return dequant_q6_k_x16;
@@ -162,6 +167,7 @@ struct KernelTable {
     switch (type) {
       case DType::q8_0: return matmul_q8_0;
       case DType::q4_0: return matmul_q4_0;
+      case DType::q4_1: return matmul_q4_1;
       case DType::q4_k: return matmul_q4_k;
       case DType::q5_k: return matmul_q5_k;
       case DType::q6_k: return matmul_q6_k;
@@ -171,6 +177,7 @@ struct KernelTable {
       case DType::q6_k_x8: return matmul_q6_k_x8;
       case DType::q8_0_x16: return matmul_q8_0_x16;
       case DType::q4_0_x16: return matmul_q4_0_x16;
+      case DType::q4_1_x16: return matmul_q4_1_x16;
       case DType::q4_k_x16: return matmul_q4_k_x16;
       case DType::q5_k_x16: return matmul_q5_k_x16;
       case DType::q6_k_x16: return matmul_q6_k_x16;

@@ -1,4 +1,4 @@
-// Prefill GEMM for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights on AVX-512 VNNI: 8-bit activations
+// Prefill GEMM for Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K weights on AVX-512 VNNI: 8-bit activations
 // times 16-row weight panels with vpdpbusd. Included by isa_kernels.hpp in the VNNI namespace
 // only, before matmul_interleaved-inl.hpp, which calls it on the load-time 16-row panels
 // (Interleaved16) for batches of kPackedMinTokens tokens or more. No include guard, by design.
@@ -35,11 +35,11 @@ struct alignas(64) PanelBlock {
   __m512i values[8];
   __m512 scales;     // [16] row r's scale (Q6_K: of values 0..15)
   __m512 scales_hi;  // [16] Q6_K: row r's scale of values 16..31
-  __m512 mins;       // [16] Q4_K: row r's minimum, dmin·m_j
+  __m512 mins;       // [16] Q4_K/Q5_K: row r's minimum, dmin·m_j; Q4_1: its m
 };
 
-// Formats whose packed values carry the offset 128 (value ∝ u − 128); Q4_K and Q5_K have a
-// float minimum instead.
+// Formats whose packed values carry the offset 128 (value ∝ u − 128); Q4_1, Q4_K and Q5_K have
+// a float minimum instead.
 template <class Block>
 inline constexpr bool kHasOffset =
     std::is_same_v<Block, BlockQ4_0> || std::is_same_v<Block, BlockQ8_0> ||
@@ -51,17 +51,26 @@ inline constexpr std::size_t kSlicesPerBlock =
             std::is_same_v<Block, BlockQ6_K>
         ? 8
         : 1;
-// Formats with a float minimum per slice (value = scale·q − min).
+// Formats with a float minimum per slice: value = scale·q − min (Q4_K, Q5_K) or scale·q + m
+// (Q4_1).
 template <class Block>
 inline constexpr bool kHasMinimum =
-    std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>;
+    std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K> ||
+    std::is_same_v<Block, BlockQ4_1>;
 
-// Panel registers k and k + 4 from q, the 16 rows' Q4_0 quant bytes 4k..4k+3: byte i of a row
-// holds weight i (low nibble) and weight i + 16 (high nibble); values are offset to nibble + 120.
-inline void q4_0_panel_values(__m512i q, std::size_t k, PanelBlock& p) {
-  const __m512i mask = _mm512_set1_epi8(0x0f), to_offset_128 = _mm512_set1_epi8(120);
-  p.values[k] = _mm512_add_epi8(_mm512_and_si512(q, mask), to_offset_128);
-  p.values[k + 4] = _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), mask), to_offset_128);
+// Panel registers k and k + 4 from q, the 16 rows' Q4_0 (Q4_1) quant bytes 4k..4k+3: byte i of a
+// row holds weight i (low nibble) and weight i + 16 (high nibble); Q4_0 values are offset to
+// nibble + 120, Q4_1's stay nibbles.
+template <class Block>
+inline void q4_panel_values(__m512i q, std::size_t k, PanelBlock& p) {
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  p.values[k] = _mm512_and_si512(q, mask);
+  p.values[k + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
+  if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+    const __m512i to_offset_128 = _mm512_set1_epi8(120);
+    p.values[k] = _mm512_add_epi8(p.values[k], to_offset_128);
+    p.values[k + 4] = _mm512_add_epi8(p.values[k + 4], to_offset_128);
+  }
 }
 
 // 16 unsigned bytes at p as floats (a 16-row panel's unpacked Q4_K scales or minimums).
@@ -146,7 +155,9 @@ inline void panel_tile(const PanelBlock* panel, std::size_t n, const BlockQ8Act*
           const __m512 d = _mm512_set1_ps(a[c]->d);
           acc[j0 + c] =
               _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[c]), _mm512_mul_ps(p.scales, d), acc[j0 + c]);
-          if constexpr (kHasMinimum<Block>)  // − dmin·m_j · d_x·Σxq
+          if constexpr (std::is_same_v<Block, BlockQ4_1>)  // + m · d_x·Σxq (decode_group16's)
+            acc[j0 + c] = _mm512_fmadd_ps(p.mins, _mm512_set1_ps(a[c]->d_sum), acc[j0 + c]);
+          else if constexpr (kHasMinimum<Block>)  // − dmin·m_j · d_x·Σxq
             acc[j0 + c] = _mm512_fnmadd_ps(p.mins, _mm512_set1_ps(a[c]->d_sum), acc[j0 + c]);
         }
       }
@@ -180,10 +191,10 @@ inline void panel_tokens(const PanelBlock* panel, std::size_t n, const BlockQ8Ac
                          accumulate);
 }
 
-// Q4_0/Q8_0/Q4_K/Q6_K in 16-row panels (Interleaved16): the unit's registers are the panel's, so
-// packing is plain loads (Q8_0 already holds q + 128; Q4_0 nibbles are split and offset as above,
-// Q4_K's by slice, Q6_K's values unpacked by q6_k_panel_quants), where the file's and the 8-row
-// layouts take a gather per register.
+// Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K in 16-row panels (Interleaved16): the unit's registers are the
+// panel's, so packing is plain loads (Q8_0 already holds q + 128; Q4_0 nibbles are split and
+// offset as above, Q4_1's split, Q4_K's by slice, Q6_K's values unpacked by q6_k_panel_quants),
+// where the file's and the 8-row layouts take a gather per register.
 template <class Block>
 struct Interleaved16Panels {
   const Interleaved16<Block>* w;  // r must be a multiple of 16
@@ -238,9 +249,10 @@ struct Interleaved16Panels {
         const Interleaved16<Block>& unit = group[b / 2];
         const std::size_t h = b % 2;
         p.scales = VecF32::load(unit.d[h]);
-        if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+        if constexpr (std::is_same_v<Block, BlockQ4_1>) p.mins = VecF32::load(unit.m[h]);
+        if constexpr (!std::is_same_v<Block, BlockQ8_0>) {
           _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k)
-              q4_0_panel_values(_mm512_loadu_si512(unit.qs[h][k]), k, p);
+              q4_panel_values<Block>(_mm512_loadu_si512(unit.qs[h][k]), k, p);
         } else {
           _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] =
               _mm512_loadu_si512(unit.qs[h][k]);

@@ -1,6 +1,6 @@
 // Matrix products for weights repacked at load time, 8 rows to a group (Interleaved8:
 // DType::q4_0_x8, q8_0_x8, q4_k_x8, q6_k_x8) or 16 rows to a panel (Interleaved16: q4_0_x16,
-// q8_0_x16, q4_k_x16, q5_k_x16, q6_k_x16), written once and compiled per ISA (see
+// q4_1_x16, q8_0_x16, q4_k_x16, q5_k_x16, q6_k_x16), written once and compiled per ISA (see
 // isa_kernels.hpp), after the row-major kernels it falls back on. No include guard, by design.
 //
 // With VNNI, whole groups run on the repacked layout directly. The 16-row panels: decode (fewer
@@ -232,17 +232,18 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
   }
 }
 
-// Decode of one 16-row group of Q4_0 or Q8_0 panels (Interleaved16) against one token:
+// Decode of one 16-row group of Q4_0, Q4_1 or Q8_0 panels (Interleaved16) against one token:
 // out[0..16), row r in lane r. Each block's integer dot is one vpdpbusd chain per register of
 // 16 rows' weights against a broadcast activation group, started at the activation block's
 // offset term (Q8_0: bias = −128·Σx for its q + 128 bytes; Q4_0: bias / 16 = −8·Σx for its
-// nibbles), so it is exact and needs no lane sums, scale permutes or float offset terms. Q4_0
-// multiplies the high nibbles in place (q & 0xf0 = 16·nibble, in a second chain shifted back
-// by 4 at the end: exact, as 16 divides it), one AND instead of a shift and an AND. The unit's
-// bytes are read in address order (alternating the two columns' loads halves the rate at which
-// the hardware prefetcher streams the panels from DRAM). Each block's scaled dot is added to one
-// accumulator, block after block, exactly as the packed GEMM (panel_tile) sums a token's row:
-// the kernels are batch invariant, a token's outputs the same bits whichever runs it.
+// nibbles; Q4_1: none), so it is exact and needs no lane sums, scale permutes or float offset
+// terms. Q4_1's minimums come in after each block's scaled dot: m·d_x·Σx (d_sum), 16 rows at
+// once. Q4_0 and Q4_1 multiply the high nibbles in place (q & 0xf0 = 16·nibble, in a second chain
+// shifted back by 4 at the end: exact, as 16 divides it), one AND instead of a shift and an AND.
+// The unit's bytes are read in address order (alternating the two columns' loads halves the rate
+// at which the hardware prefetcher streams the panels from DRAM). Each block's scaled dot is added
+// to one accumulator, block after block, exactly as the packed GEMM (panel_tile) sums a token's
+// row: the kernels are batch invariant, a token's outputs the same bits whichever runs it.
 template <class Block>
 inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, std::size_t units,
                            float* out) {
@@ -258,7 +259,9 @@ inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, s
         _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) dot =
             _mm512_dpbusd_epi32(dot, _mm512_loadu_si512(unit.qs[h][k]), broadcast_group(a, k));
       } else {
-        __m512i low = _mm512_srai_epi32(_mm512_set1_epi32(a.bias), 4);
+        __m512i low = std::is_same_v<Block, BlockQ4_0>
+                          ? _mm512_srai_epi32(_mm512_set1_epi32(a.bias), 4)
+                          : _mm512_setzero_si512();
         __m512i high = _mm512_setzero_si512();
         _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) {
           const __m512i q = _mm512_loadu_si512(unit.qs[h][k]);
@@ -269,6 +272,8 @@ inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, s
       }
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
                             _mm512_mul_ps(VecF32::load(unit.d[h]), _mm512_set1_ps(a.d)), acc);
+      if constexpr (std::is_same_v<Block, BlockQ4_1>)
+        acc = _mm512_fmadd_ps(VecF32::load(unit.m[h]), _mm512_set1_ps(a.d_sum), acc);
     }
   }
   _mm512_storeu_ps(out, acc);
@@ -451,10 +456,10 @@ inline void matmul_x8(const void* w, std::size_t rows, std::size_t cols, const B
                      row_begin, row_end, scratch);
 }
 
-// Rows [row_begin, row_end) of y: [n_tokens][rows] for Q4_0/Q8_0/Q4_K/Q6_K weights in 16-row
-// panels, w: [rows/16][cols/kValues] units, and x: [n_tokens][cols/32] activation blocks. With
-// VNNI, whole groups take the packed-panel GEMM (prefill; its panels are plain loads of these) or
-// decode_group16; everything else copies rows out.
+// Rows [row_begin, row_end) of y: [n_tokens][rows] for Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K weights in
+// 16-row panels, w: [rows/16][cols/kValues] units, and x: [n_tokens][cols/32] activation blocks.
+// With VNNI, whole groups take the packed-panel GEMM (prefill; its panels are plain loads of these)
+// or decode_group16; everything else copies rows out.
 template <class Block>
 inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,

@@ -10,8 +10,12 @@
 //   - scalar: plain integer loops, the twin the others are tested against.
 // Q4_0 nibbles are unsigned (value = d·(u − 8)), the natural u8 operand; the −8 offset is folded
 // into the accumulator's starting value, −8·Σq per lane group, computed once per activation block
-// and shared by every weight row of a tile. Q8_0 weights are signed: |w| becomes the u8 operand
-// and w's sign moves onto the activation (vpsignb).
+// and shared by every weight row of a tile. Q4_1 nibbles are the same operand with a float
+// minimum instead (value = d·u + m): Σ(d·u + m)·d_x·q = d·d_x·Σu·q + m·(d_x·Σq), the second
+// factor the activation block's d_sum (ggml's vec_dot_q4_1_q8_1 s), computed once when the
+// activations are quantized; the minimums' terms are summed apart, as the K-quants' are. Q8_0
+// weights are signed: |w| becomes the u8 operand and w's sign moves onto the activation
+// (vpsignb).
 
 // x: [n] floats → n/32 blocks (n must be a multiple of 32).
 inline void quantize_activations(const float* x, std::size_t n, BlockQ8Act* out) {
@@ -48,6 +52,11 @@ inline void quantize_activations(const float* x, std::size_t n, BlockQ8Act* out)
   }
 }
 
+// Q4_0 and Q4_1: 16 bytes of unsigned nibbles per block (low nibbles are elements 0..15).
+template <class Block>
+inline constexpr bool kNibbleBlock =
+    std::is_same_v<Block, BlockQ4_0> || std::is_same_v<Block, BlockQ4_1>;
+
 #if HLLM_ISA_LEVEL >= 1
 
 // F16C: one instruction instead of the portable bit manipulation (this runs once per block).
@@ -62,7 +71,8 @@ inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
-// 16 bytes of Q4_0 nibbles → 32 u8 values in element order (low nibbles are elements 0..15).
+// 16 bytes of Q4_0 (Q4_1) nibbles → 32 u8 values in element order (low nibbles are elements
+// 0..15).
 inline __m256i unpack_q4(const std::uint8_t* qs) {
   const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i mask = _mm_set1_epi8(0x0f);
@@ -90,6 +100,10 @@ inline void quant_tile(const Block* w, const BlockQ8Act* x, std::size_t blocks, 
   __m256 acc[kRows][kTokens];
   _Pragma("GCC unroll 8") for (auto& row : acc) _Pragma("GCC unroll 8") for (auto& a : row) a =
       _mm256_setzero_ps();
+  // Q4_1: Σ_b m_w·d_sum per output, one scalar chain each (a few cycles per 32 values, far
+  // below the memory speed), added after the lanes' sum. An explicit FMA: left to the compiler,
+  // m·d_sum + minimum is contracted in some tile shapes and not in others (not batch invariant).
+  [[maybe_unused]] float minimum[kRows][kTokens] = {};
   for (std::size_t b = 0; b < blocks; ++b) {
     __m256i xq[kTokens];
     __m256i start[kTokens];  // the accumulator's starting value: the format's offset term
@@ -109,12 +123,14 @@ inline void quant_tile(const Block* w, const BlockQ8Act* x, std::size_t blocks, 
     _Pragma("GCC unroll 8") for (std::size_t i = 0; i < kRows; ++i) {
       const Block& wb = w[i * blocks + b];
       const float wd = scale_of(wb.d);
-      if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+      if constexpr (kNibbleBlock<Block>) {
         const __m256i u = unpack_q4(wb.qs);
         _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j) {
           const __m256i dot = dot_u8s8(start[j], u, xq[j]);
           acc[i][j] =
               _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(wd * xd[j]), acc[i][j]);
+          if constexpr (std::is_same_v<Block, BlockQ4_1>)
+            minimum[i][j] = std::fma(scale_of(wb.m), x[j * blocks + b].d_sum, minimum[i][j]);
         }
       } else {
         const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
@@ -128,8 +144,10 @@ inline void quant_tile(const Block* w, const BlockQ8Act* x, std::size_t blocks, 
     }
   }
   _Pragma("GCC unroll 8") for (std::size_t i = 0; i < kRows; ++i)
-      _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j) y[j * y_stride + i] =
-          hsum(acc[i][j]);
+      _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j) {
+    y[j * y_stride + i] = hsum(acc[i][j]);
+    if constexpr (std::is_same_v<Block, BlockQ4_1>) y[j * y_stride + i] += minimum[i][j];
+  }
 }
 
 #if HLLM_ISA_LEVEL == 2
@@ -154,22 +172,25 @@ inline void quant_tile(const Block* w, const BlockQ8Act* x, std::size_t blocks, 
                        std::size_t y_stride) {
   _Pragma("GCC unroll 8") for (std::size_t i = 0; i < kRows; ++i)
       _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j) {
+    [[maybe_unused]] float minimum = 0.0f;  // Q4_1's Σ m_w·d_sum, added at the end
     float acc = 0.0f;
     for (std::size_t b = 0; b < blocks; ++b) {
       const Block& wb = w[i * blocks + b];
       const BlockQ8Act& a = x[j * blocks + b];
       std::int32_t dot = 0;
-      if constexpr (std::is_same_v<Block, BlockQ4_0>) {
+      if constexpr (kNibbleBlock<Block>) {
         for (std::size_t k = 0; k < 16; ++k) {
           dot += (wb.qs[k] & 0x0f) * a.qs[k];
           dot += (wb.qs[k] >> 4) * a.qs[k + 16];
         }
-        dot -= 8 * a.sum;
+        if constexpr (std::is_same_v<Block, BlockQ4_0>) dot -= 8 * a.sum;
       } else {
         for (std::size_t k = 0; k < 32; ++k) dot += wb.qs[k] * a.qs[k];
       }
       acc += static_cast<float>(dot) * (to_float(wb.d) * a.d);
+      if constexpr (std::is_same_v<Block, BlockQ4_1>) minimum += to_float(wb.m) * a.d_sum;
     }
+    if constexpr (std::is_same_v<Block, BlockQ4_1>) acc += minimum;
     y[j * y_stride + i] = acc;
   }
 }
@@ -179,7 +200,8 @@ inline void quant_tile(const Block* w, const BlockQ8Act* x, std::size_t blocks, 
 // w: [rows][cols/32] blocks, x: [n_tokens][cols/32] activation blocks, y: [n_tokens][rows];
 // rows [row_begin, row_end). Every token count runs on quant_tile, whose arithmetic for one
 // output (each block's integer dot in 8 lanes, scaled into 8 float lanes block after block,
-// summed at the end) does not depend on the tile's shape: a token's outputs are the same bits
+// summed at the end; Q4_1's minimums in one scalar chain, added last) does not depend on the
+// tile's shape: a token's outputs are the same bits
 // alone or in any batch (batch invariance, tests/test_kernels.cpp). Tiles of 4 rows × 4 tokens,
 // the last 1-3 tokens in one tile row: decode is 4 rows × 1 token, four independent FMA chains
 // (one row's single chain waits on each block's FMA: docs/performance.md).
@@ -222,4 +244,9 @@ inline void matmul_q4_0(const void* w, std::size_t rows, std::size_t cols, const
                         std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
                         void* /*scratch*/) {
   matmul_quant(static_cast<const BlockQ4_0*>(w), rows, cols, x, n_tokens, y, row_begin, row_end);
+}
+inline void matmul_q4_1(const void* w, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
+                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
+                        void* /*scratch*/) {
+  matmul_quant(static_cast<const BlockQ4_1*>(w), rows, cols, x, n_tokens, y, row_begin, row_end);
 }

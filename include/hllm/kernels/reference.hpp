@@ -194,6 +194,9 @@ inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, flo
     case DType::q4_0_x16:
       dequantize_interleaved_row<BlockQ4_0, kQK4_0, Interleaved16>(w, row, out);
       return true;
+    case DType::q4_1_x16:
+      dequantize_interleaved_row<BlockQ4_1, kQK4_1, Interleaved16>(w, row, out);
+      return true;
     case DType::q4_k_x16:
       dequantize_interleaved_row<BlockQ4_K, kQK_K, Interleaved16>(w, row, out);
       return true;
@@ -229,6 +232,7 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
     case DType::q6_k_x8:
     case DType::q8_0_x16:
     case DType::q4_0_x16:
+    case DType::q4_1_x16:
     case DType::q4_k_x16:
     case DType::q5_k_x16:
     case DType::q6_k_x16:

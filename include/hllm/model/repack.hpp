@@ -1,17 +1,17 @@
 #pragma once
-// Load-time repacking of a model's Q4_0, Q8_0, Q4_K and Q6_K projection weights into 16-row panels
-// (Interleaved16, DType::*_x16), in shapes the panels do not fit into 8-row interleaved groups
-// (Interleaved8, DType::*_x8), and of BF16 ones into 16-row column-pair panels
-// (DType::bf16_x16, core/bf16_panels.hpp). Decode reads each weight once per token, and with the
-// file's layout a kernel either streams one row at a time (and redoes the activation and scale
-// work per row) or reads 8 rows' streams at once (which halves the read bandwidth); the
-// interleaved layout gives one sequential stream per 8 (16) rows. The BF16 panels are also the
-// prefill GEMM's own, which then packs no weights. The token embedding (read a row at a time) is
-// never interleaved, and the output projection only where it runs on the 8-bit-activation
-// kernels (at most 6-bit weights, e.g. the Q6_K output of Q4_0 and Q4_K_M files; Llama::forward)
-// or is BF16 (the panels' float-activation kernel is its exact path); an output on the exact path
-// and the projections of other types may be moved as they are into the same huge-page buffer
-// (RepackPlan::move_all).
+// Load-time repacking of a model's Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K projection weights into
+// 16-row panels (Interleaved16, DType::*_x16), in shapes the panels do not fit into 8-row
+// interleaved groups (Interleaved8, DType::*_x8; Q4_0, Q8_0, Q4_K and Q6_K), and of BF16 ones into
+// 16-row column-pair panels (DType::bf16_x16, core/bf16_panels.hpp). Decode reads each weight once
+// per token, and with the file's layout a kernel either streams one row at a time (and redoes the
+// activation and scale work per row) or reads 8 rows' streams at once (which halves the read
+// bandwidth); the interleaved layout gives one sequential stream per 8 (16) rows. The BF16 panels
+// are also the prefill GEMM's own, which then packs no weights. The token embedding (read a row at
+// a time) is never interleaved, and the output projection only where it runs on the
+// 8-bit-activation kernels (at most 6-bit weights, e.g. the Q6_K output of Q4_0 and Q4_K_M files;
+// Llama::forward) or is BF16 (the panels' float-activation kernel is its exact path); an output on
+// the exact path and the projections of other types may be moved as they are into the same
+// huge-page buffer (RepackPlan::move_all).
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -36,10 +36,10 @@
 
 namespace hllm {
 
-// The repacked type of a weight, or its own type when it has none: Q4_0/Q8_0/Q4_K/Q6_K into 16-row
-// panels where rows are a multiple of 16 (and Q4_0/Q8_0 blocks per row even), else into 8-row
-// groups where rows are a multiple of 8 and the columns of the block size; BF16 where
-// rows are a multiple of 16 and the columns even.
+// The repacked type of a weight, or its own type when it has none: Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K
+// into 16-row panels where rows are a multiple of 16 (and Q4_0/Q4_1/Q8_0 blocks per row even),
+// else Q4_0/Q8_0/Q4_K/Q6_K into 8-row groups where rows are a multiple of 8 and the columns of
+// the block size; BF16 where rows are a multiple of 16 and the columns even.
 inline DType interleaved_type(const WeightTensor& w) noexcept {
   if (w.type == DType::bf16)
     return w.rows % kBf16PanelRows == 0 && w.cols % 2 == 0 ? DType::bf16_x16 : w.type;
@@ -51,6 +51,7 @@ inline DType interleaved_type(const WeightTensor& w) noexcept {
   const bool panels = w.rows % 16 == 0 && w.cols % 64 == 0;
   switch (w.type) {
     case DType::q4_0: return panels ? DType::q4_0_x16 : DType::q4_0_x8;
+    case DType::q4_1: return panels ? DType::q4_1_x16 : w.type;
     case DType::q8_0: return panels ? DType::q8_0_x16 : DType::q8_0_x8;
     case DType::q4_k: return w.rows % 16 == 0 ? DType::q4_k_x16 : DType::q4_k_x8;
     case DType::q5_k: return w.rows % 16 == 0 ? DType::q5_k_x16 : w.type;
@@ -129,6 +130,7 @@ inline DType repack_tensor(const WeightTensor& w, DType to, void* out) {
     case DType::q4_k_x8: detail::interleave_as<Interleaved8, BlockQ4_K>(w, kQK_K, out); break;
     case DType::q6_k_x8: detail::interleave_as<Interleaved8, BlockQ6_K>(w, kQK_K, out); break;
     case DType::q4_0_x16: detail::interleave_as<Interleaved16, BlockQ4_0>(w, 32, out); break;
+    case DType::q4_1_x16: detail::interleave_as<Interleaved16, BlockQ4_1>(w, 32, out); break;
     case DType::q8_0_x16: detail::interleave_as<Interleaved16, BlockQ8_0>(w, 32, out); break;
     case DType::q4_k_x16: detail::interleave_as<Interleaved16, BlockQ4_K>(w, kQK_K, out); break;
     case DType::q5_k_x16: detail::interleave_as<Interleaved16, BlockQ5_K>(w, kQK_K, out); break;
@@ -164,7 +166,7 @@ inline bool huge_pages_available() {
 // What repack_weights does to the projection weights (the blocks' attention and feed-forward
 // matrices and an untied output matrix; never the embedding).
 struct RepackPlan {
-  bool interleave = false;    // Q4_0/Q8_0/Q4_K/Q6_K matrices: interleaved_type (output: see above)
+  bool interleave = false;    // quantized matrices: interleaved_type (output: see above)
   bool move_all = false;      // every other projection is copied over as it is, for the huge pages
   bool bf16_panels = false;   // BF16 matrices become BF16_X16 (the output too)
   bool float_panels = false;  // F32 and F16 matrices become F32_X16 and F16_X16 (the output too)
