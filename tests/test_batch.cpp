@@ -27,20 +27,7 @@ using hllm::KVBlockTable;
 using hllm::KVType;
 using hllm::Logits;
 
-// Two layers, GQA (8 query heads on 2 KV heads of 32 dims: the block-type caches need multiples
-// of 32),
-// wide enough that matmuls and attention split across two threads.
-hllm::ModelConfig batch_config() {
-  hllm::ModelConfig c;
-  c.vocab_size = 300;
-  c.dim = 256;
-  c.n_layers = 2;
-  c.n_heads = 8;
-  c.n_kv_heads = 2;
-  c.ffn_dim = 512;
-  c.context_length = 256;
-  return c;
-}
+hllm::ModelConfig batch_config() { return hllm::test::two_layer_gqa_config(); }
 
 std::vector<std::int32_t> random_tokens(std::size_t n, std::mt19937& rng) {
   return hllm::test::random_tokens(n, rng, 300);

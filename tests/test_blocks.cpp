@@ -253,44 +253,6 @@ TEST(KVCache, StoringPastCapacityIsAnError) {
   EXPECT_THROW(hllm::KVCache<float>(1, 1, 4, 0), hllm::Error);
 }
 
-// A Q8_0 cache stores each row as head_dim / 32 blocks of ggml's reference rounding: every value
-// reads back within half a quantization step (d / 2, d = the block's largest magnitude / 127, and
-// the f16 rounding of d moves a value by at most 127 · 2^-11 · d more), rows of different
-// layers, heads and positions land in their own blocks, and head_dim must be a multiple of 32.
-TEST(KVCache, Q8_0RowsReadBackWithinHalfAStep) {
-  constexpr std::size_t kLayers = 2, kHeads = 3, kHeadDim = 64, kCapacity = 5;
-  hllm::KVCache<hllm::BlockQ8_0> cache(kLayers, kHeads, kHeadDim, kCapacity);
-  EXPECT_EQ(cache.bytes(), 2 * kLayers * kHeads * kCapacity * (kHeadDim / 32) * 34);
-  auto row_values = [](std::size_t layer, std::size_t position, int which) {
-    return hllm::test::random_vector(kHeads * kHeadDim,
-                                     static_cast<unsigned>(100 * layer + 10 * position + which));
-  };
-  for (std::size_t layer = 0; layer < kLayers; ++layer)
-    for (std::size_t p = 0; p < kCapacity; ++p)
-      cache.store(layer, p, row_values(layer, p, 0).data(), row_values(layer, p, 1).data());
-  for (std::size_t layer = 0; layer < kLayers; ++layer)
-    for (std::size_t h = 0; h < kHeads; ++h)
-      for (std::size_t p = 0; p < kCapacity; ++p)
-        for (int which : {0, 1}) {
-          const std::vector<float> x = row_values(layer, p, which);
-          const hllm::BlockQ8_0* row =
-              which == 0 ? cache.keys(layer, h, p) : cache.values(layer, h, p);
-          EXPECT_EQ(row, hllm::kv_row(which == 0 ? cache.keys(layer, h) : cache.values(layer, h), p,
-                                      kHeadDim));
-          for (std::size_t d = 0; d < kHeadDim; ++d) {
-            float amax = 0.0f;
-            for (std::size_t i = d / 32 * 32; i < d / 32 * 32 + 32; ++i)
-              amax = std::max(amax, std::fabs(x[h * kHeadDim + i]));
-            const float step = amax / 127.0f;
-            ASSERT_NEAR(hllm::kv_value(row, d), x[h * kHeadDim + d],
-                        step * (0.5f + 127.0f / 2048.0f) + 1e-7f)
-                << "layer " << layer << " head " << h << " position " << p << " value " << d;
-          }
-        }
-  hllm::test::expect_error([] { hllm::KVCache<hllm::BlockQ8_0>(1, 1, 48, 4); },
-                           hllm::ErrorKind::unsupported, "", "", std::nullopt, "multiple of 32");
-}
-
 // Rows of `cache` (any element type) stored from random values, each value read back checked by
 // within(x, read, block) (block: the 32 values x's own block was quantized from); and rows of
 // different layers, heads and positions land in their own places.
@@ -314,6 +276,8 @@ void expect_rows_read_back_within(Within within) {
         for (int which : {0, 1}) {
           const std::vector<float> x = row_values(layer, p, which);
           const KV* row = which == 0 ? cache.keys(layer, h, p) : cache.values(layer, h, p);
+          ASSERT_EQ(row, hllm::kv_row(which == 0 ? cache.keys(layer, h) : cache.values(layer, h), p,
+                                      kHeadDim));
           for (std::size_t d = 0; d < kHeadDim; ++d) {
             const float* block = x.data() + h * kHeadDim + d / 32 * 32;
             ASSERT_TRUE(within(x[h * kHeadDim + d], hllm::kv_value(row, d), block))
@@ -321,6 +285,22 @@ void expect_rows_read_back_within(Within within) {
                 << x[h * kHeadDim + d] << " read back as " << hllm::kv_value(row, d);
           }
         }
+}
+
+// A Q8_0 cache stores each row as head_dim / 32 blocks of ggml's reference rounding: every value
+// reads back within half a quantization step (d / 2, d = the block's largest magnitude / 127, and
+// the f16 rounding of d moves a value by at most 127 · 2^-11 · d more), and head_dim must be a
+// multiple of 32.
+TEST(KVCache, Q8_0RowsReadBackWithinHalfAStep) {
+  EXPECT_EQ(hllm::KVCache<hllm::BlockQ8_0>(2, 3, 64, 5).bytes(), 2u * 2 * 3 * 5 * 2 * 34);
+  expect_rows_read_back_within<hllm::BlockQ8_0>([](float x, float read, const float* block) {
+    float amax = 0.0f;
+    for (std::size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(block[i]));
+    const float step = amax / 127.0f;
+    return std::fabs(read - x) <= step * (0.5f + 127.0f / 2048.0f) + 1e-7f;
+  });
+  hllm::test::expect_error([] { hllm::KVCache<hllm::BlockQ8_0>(1, 1, 48, 4); },
+                           hllm::ErrorKind::unsupported, "", "", std::nullopt, "multiple of 32");
 }
 
 // A Q4_0 cache stores rows with ggml's reference Q4_0 rounding: d = m / -8 for m the block's

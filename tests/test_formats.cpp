@@ -79,18 +79,9 @@ void write_bytes(const std::string& path, const std::string& text) {
 
 using hllm::test::expect_error;
 
-// A fresh temporary directory, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path = fs::temp_directory_path() /
-           (std::string("hllm_formats_") + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
+// A fresh temporary directory per test (test_util.hpp).
+struct TempDir : hllm::test::TempDir {
+  TempDir() : hllm::test::TempDir("hllm_formats_") {}
 };
 
 // All values of a weight as float32.   [rows][cols]

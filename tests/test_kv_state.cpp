@@ -24,6 +24,7 @@
 #include "hllm/io/kv_state_file.hpp"
 #include "hllm/model/batch.hpp"
 #include "test_util.hpp"
+#include "typed_weights.hpp"
 
 namespace {
 
@@ -41,31 +42,11 @@ using hllm::test::expect_error;
 
 constexpr std::size_t kBlock = hllm::kDefaultBlockTokens;
 
-// test_batch.cpp's model: two layers, 8 query heads on 2 KV heads of 32 dims (Q8_0 caches need
-// multiples of 32), a vocabulary of 300.
-hllm::ModelConfig small_config() {
-  hllm::ModelConfig c;
-  c.vocab_size = 300;
-  c.dim = 256;
-  c.n_layers = 2;
-  c.n_heads = 8;
-  c.n_kv_heads = 2;
-  c.ffn_dim = 512;
-  c.context_length = 256;
-  return c;
-}
+hllm::ModelConfig small_config() { return hllm::test::two_layer_gqa_config(); }
 
-// Every KVType, found through its names, so a type added to the enum joins these tests: the
-// values from 0 on whose name reads back as the same value.
+// Every KVType (kKVTypes lists them all, so a new type joins these tests).
 std::vector<KVType> all_kv_types() {
-  std::vector<KVType> types;
-  for (int i = 0;; ++i) {
-    const auto type = static_cast<KVType>(i);
-    const std::optional<KVType> named = hllm::kv_type_from_name(hllm::to_string(type));
-    if (!named || *named != type) break;
-    types.push_back(type);
-  }
-  return types;
+  return {std::begin(hllm::kKVTypes), std::end(hllm::kKVTypes)};
 }
 
 AnyPagedKVStorage pool(KVType type, std::size_t n_blocks, std::size_t block_tokens = kBlock,
@@ -73,21 +54,9 @@ AnyPagedKVStorage pool(KVType type, std::size_t n_blocks, std::size_t block_toke
   return AnyPagedKVStorage(type, n_blocks, block_tokens, n_layers, 2, 32);
 }
 
-// A fresh temporary directory, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path = fs::temp_directory_path() /
-           (std::string("hllm_kv_state_") + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  std::size_t entries() const {
-    return static_cast<std::size_t>(std::distance(fs::directory_iterator(path), {}));
-  }
+// A fresh temporary directory per test (test_util.hpp).
+struct TempDir : hllm::test::TempDir {
+  TempDir() : hllm::test::TempDir("hllm_kv_state_") {}
 };
 
 std::vector<std::byte> read_bytes(const std::string& path) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <span>
@@ -16,6 +18,28 @@
 #include "hllm/simd/isa.hpp"
 
 namespace hllm::test {
+
+// A fresh temporary directory named after the running test (prefix + suite + name), removed at
+// the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& prefix = "hllm_") {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path = std::filesystem::temp_directory_path() /
+           (prefix + info->test_suite_name() + "_" + info->name());
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+  // Files and directories in it.
+  std::size_t entries() const {
+    return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator(path),
+                                                  std::filesystem::directory_iterator{}));
+  }
+};
 
 inline float max_abs(std::span<const float> v) {
   float m = 0.0f;

@@ -11,6 +11,21 @@
 
 namespace hllm::test {
 
+// The batch tests' model: two layers, GQA (8 query heads on 2 KV heads of 32 dims: the block
+// caches need multiples of 32), wide enough that matmuls and attention split across two threads,
+// a vocabulary of 300.
+inline ModelConfig two_layer_gqa_config() {
+  ModelConfig c;
+  c.vocab_size = 300;
+  c.dim = 256;
+  c.n_layers = 2;
+  c.n_heads = 8;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 512;
+  c.context_length = 256;
+  return c;
+}
+
 // random_weights(c, f32, seed) with every projection and the output converted to `type` (any
 // type quant::quantize writes); bytes keeps the converted tensors alive.
 inline ModelWeights typed_weights(const ModelConfig& c, DType type, std::uint64_t seed,
