@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 corpus=tests/fuzz/corpus
-rm -rf "$corpus" && mkdir -p "$corpus"/{fuzz_gguf,fuzz_safetensors,fuzz_llama2c,fuzz_tokenizer,fuzz_chat_template}
+rm -rf "$corpus" && mkdir -p "$corpus"/{fuzz_gguf,fuzz_safetensors,fuzz_llama2c,fuzz_tokenizer,fuzz_chat_template,fuzz_kv_state}
 formats=tests/goldens/formats
 
 # GGUF: a tiny model written by our writer (Q4_0 keeps it small), the metadata of the bundled
@@ -51,3 +51,8 @@ printf '[INST] <<SYS>>\n{{ system }}\n<</SYS>>\n\n{{ user }} [/INST]' > "$corpus
 printf '<|user|>\n{{ m }}</s>\n<|assistant|>\n' > "$corpus/fuzz_chat_template/zephyr"
 printf '\1You are kind.\0Hi!\0Hello.\0How are you?' > "$corpus/fuzz_chat_template/conversation"
 du -sh "$corpus"
+
+# KV state files: a valid 20-token file per element type, for fuzz_kv_state's pool.
+g++ -std=c++20 -O1 -Iinclude -Itests/fuzz tests/fuzz/write_kv_state_seeds.cpp -pthread \
+  -o build/write_kv_state_seeds
+build/write_kv_state_seeds "$corpus/fuzz_kv_state"
