@@ -355,6 +355,25 @@ TEST(KVState, AnEmptySequenceRoundTrips) {
 
 // --- refusals --------------------------------------------------------------------------------
 
+// A sliding window's released blocks are gone: such a sequence is refused, and no file is left.
+TEST(KVState, ASequenceWithReleasedBlocksIsNotSaved) {
+  Fixture& fx = fixture();
+  TempDir dir;
+  AnyPagedKVStorage storage = pool(KVType::f32, 4);
+  KVBlockAllocator allocator(4, kBlock);
+  KVBlockTable table(kBlock);
+  ASSERT_TRUE(table.reserve(allocator, 3 * kBlock));
+  table.advance(3 * kBlock);
+  ASSERT_EQ(table.release_before(allocator, kBlock), 1u);
+  const std::vector<std::int32_t> tokens(3 * kBlock, 5);
+  expect_error(
+      [&] { hllm::save_kv_state(dir / "windowed.kv", tokens, table, storage, fx.identity); },
+      ErrorKind::invalid_argument, "", dir / "windowed.kv", std::nullopt,
+      "sliding window released");
+  EXPECT_EQ(dir.entries(), 0u);
+  table.release_all(allocator);
+}
+
 // A saved f16 state of 40 tokens (three blocks, the last partial) and everything to load it.
 struct SavedState {
   TempDir dir;

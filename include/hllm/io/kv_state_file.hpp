@@ -190,18 +190,6 @@ inline void check_identity_fits(const KVStateIdentity& id, const KVPoolShape& po
                 path);
 }
 
-// The bytes of a whole block, writable. PagedKVStorage hands out rows read-only (keys(): the
-// attention loop's view); a block is one contiguous range from its first key row, and the
-// storage is not a const object, so casting the constness of that pointer away is defined.
-template <class KV>
-std::byte* kv_block_bytes(PagedKVStorage<KV>& storage, BlockId block) noexcept {
-  return reinterpret_cast<std::byte*>(const_cast<KV*>(storage.keys(block, 0, 0)));
-}
-template <class KV>
-const std::byte* kv_block_bytes(const PagedKVStorage<KV>& storage, BlockId block) noexcept {
-  return reinterpret_cast<const std::byte*>(storage.keys(block, 0, 0));
-}
-
 inline void check_little_endian_host() {
   if constexpr (std::endian::native != std::endian::little)
     throw Error(ErrorKind::unsupported,
@@ -234,6 +222,9 @@ void save_kv_state(const std::string& path, std::span<const std::int32_t> tokens
                 path);
   if (bt > std::numeric_limits<std::uint32_t>::max())
     throw Error(ErrorKind::unsupported, "KV blocks of " + std::to_string(bt) + " tokens", path);
+  if (table.n_released() > 0)
+    throw Error(ErrorKind::invalid_argument,
+                "save_kv_state of a sequence whose sliding window released its first blocks", path);
   if (tokens.size() < n)
     throw Error(ErrorKind::invalid_argument,
                 "save_kv_state got " + std::to_string(tokens.size()) +
@@ -293,7 +284,7 @@ void save_kv_state(const std::string& path, std::span<const std::int32_t> tokens
   }
   const std::size_t row_bytes = kv_row_elements<KV>(pool.head_dim) * sizeof(KV);
   for (std::size_t i = 0; i < n_blocks; ++i) {
-    const std::byte* block = detail::kv_block_bytes(storage, table.blocks()[i]);
+    const std::byte* block = storage.block_data(table.blocks()[i]).data();
     const std::size_t used = std::min(bt, n - i * bt);
     if (used == bt) {
       emit({block, pool.block_bytes});
@@ -406,8 +397,7 @@ class KVStateFile {
                       std::to_string(n_tokens()) + " tokens (reserve them first)",
                   path());
     for (std::size_t i = 0; i < n_blocks_; ++i)
-      std::memcpy(detail::kv_block_bytes(storage, table.blocks()[i]), block(i).data(),
-                  pool_.block_bytes);
+      std::memcpy(storage.block_data(table.blocks()[i]).data(), block(i).data(), pool_.block_bytes);
     table.advance(n_tokens());
   }
   void restore(KVBlockTable& table, AnyPagedKVStorage& storage,

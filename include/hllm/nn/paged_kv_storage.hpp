@@ -190,15 +190,25 @@ class PagedKVStorage {
     return data_.data() + offset(block, layer, kv, kv_head) + slot * kv_row_elements<KV>(head_dim_);
   }
 
+  // The bytes of one whole block ([block_bytes()]): what a block copy or a state file moves.
+  // Throws out_of_range for an id outside the pool.
+  std::span<std::byte> block_data(BlockId block) {
+    check_block(block, "bytes of");
+    return std::as_writable_bytes(
+        std::span(data_.data() + std::size_t{block} * block_elements_, block_elements_));
+  }
+  std::span<const std::byte> block_data(BlockId block) const {
+    check_block(block, "bytes of");
+    return std::as_bytes(
+        std::span(data_.data() + std::size_t{block} * block_elements_, block_elements_));
+  }
+
   // Copies every row of block `from` to block `to` (copy-on-write; KVBlockTable::prepare_write's
   // callback).
   void copy_block(BlockId from, BlockId to) {
-    check_block(from, "copy from");
-    check_block(to, "copy to");
     if (from == to) return;
-    std::memcpy(static_cast<void*>(data_.data() + std::size_t{to} * block_elements_),
-                static_cast<const void*>(data_.data() + std::size_t{from} * block_elements_),
-                block_elements_ * sizeof(KV));
+    const std::span<const std::byte> source = std::as_const(*this).block_data(from);
+    std::memcpy(block_data(to).data(), source.data(), source.size());
   }
 
  private:
