@@ -44,8 +44,8 @@ void set_matmul_counters(benchmark::State& state, std::size_t weight_bytes, std:
 }
 
 // y[n][rows] = x[n][cols] · W^T for W [rows][cols] of element type T, single-threaded, on the
-// kernels of one ISA (Args: isa (0 scalar reference loop, 1 avx2, 2 avx512), rows, cols,
-// n_tokens). Batch 1 is a matvec and reports weight GB/s; every run reports FLOP/s
+// kernels of one ISA (Args: isa (0 scalar reference loop, 1 avx2, 2 avx512, 3 avx_vnni), rows,
+// cols, n_tokens). Batch 1 is a matvec and reports weight GB/s; every run reports FLOP/s
 // (2·rows·cols·n per call). "reference" is kernels/reference.hpp's plain loop, the baseline.
 // The Args of the matmul benchmarks: isa, rows, cols, n_tokens. False (and the benchmark
 // skipped) if this CPU cannot run the ISA.
@@ -166,10 +166,9 @@ BENCHMARK(BM_MatmulBf16Panels)->Apply(bf16_panel_shapes);
 
 // The same for quantized weights through the integer kernels (8-bit activations, quantized
 // once outside the timed loop; BM_QuantizeActivations times that step). Args: isa (1 avx2,
-// 2 avx512 with VNNI where the CPU has it), rows, cols, n_tokens. Counters as BM_Matmul:
-// weight bytes per second (the file's bytes, scales included) and FLOP/s.
-// Q4_K or Q6_K super-blocks of random bytes (every bit pattern is a valid block) with small
-// scales.
+// 2 avx512 with VNNI where the CPU has it, 3 avx_vnni), rows, cols, n_tokens. Counters as
+// BM_Matmul: weight bytes per second (the file's bytes, scales included) and FLOP/s. Q4_K or Q6_K
+// super-blocks of random bytes (every bit pattern is a valid block) with small scales.
 std::vector<std::byte> random_k_quant(hllm::DType type, std::size_t n) {
   const std::size_t block_bytes = type == hllm::DType::q4_k   ? sizeof(hllm::BlockQ4_K)
                                   : type == hllm::DType::q5_k ? sizeof(hllm::BlockQ5_K)
@@ -248,7 +247,7 @@ void BM_QuantMatmul(benchmark::State& state) {
   set_matmul_counters(state, w.size(), rows, cols, n);
 }
 void quant_matmul_shapes(benchmark::internal::Benchmark* b) {
-  for (int isa : {1, 2}) {
+  for (int isa : {1, 3, 2}) {
     for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}})
       b->Args({isa, rows, cols, 1});
     for (auto [rows, cols] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}})
@@ -260,7 +259,7 @@ void quant_matmul_shapes(benchmark::internal::Benchmark* b) {
 // tokens. Each weight is read once per call, so the time per call should grow far slower than
 // the tokens (issue target: 8 tokens within 1.5× one).
 void small_batch_shapes(benchmark::internal::Benchmark* b) {
-  for (int isa : {1, 2})
+  for (int isa : {1, 3, 2})
     for (int n : {1, 2, 4, 8, 16, 32}) b->Args({isa, 5632, 2048, n});
   b->ArgNames({"isa", "rows", "cols", "n"})->Unit(benchmark::kMicrosecond);
 }

@@ -1,7 +1,7 @@
 // hllm-bench: end-to-end prompt-processing and generation speed, in the spirit of llama-bench.
 //
 //   hllm-bench (-m FILE.gguf | --preset NAME --type TYPE) [-p 512] [-n 128] [-r 3] [-t N]
-//              [--isa scalar|avx2|avx512] [--repack auto|never|always]
+//              [--isa scalar|avx2|avx_vnni|avx512] [--repack auto|never|always]
 //              [--kv-type f32|f16|bf16|q8_0|q4_0|fp8] [-o md|json] [--log-disable]
 //   hllm-bench --preset NAME --type TYPE --save FILE.gguf [--vocab VOCAB.gguf]
 //

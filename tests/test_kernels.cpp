@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -935,6 +936,84 @@ TEST(KernelAvx512, WithAndWithoutVnniAgreeExactly) {
     EXPECT_EQ(plain, vnni) << hllm::dtype_name(type);
   }
 }
+
+// The 16-row panel kernels are written once against 16-lane primitives (simd/lanes16-inl.hpp):
+// one zmm or two ymm per line, vpdpbusd or vpmaddubsw + vpmaddwd (int16 pair sums added in runs
+// that cannot overflow), values offset by 128 with VNNI and small otherwise. The integer dots are
+// exact and the float operations the same lane for lane, so every vector build must give the
+// same bits: AVX2, AVX-VNNI, AVX-512 (called directly: its table takes the VNNI build where the
+// CPU has it) and AVX-512 VNNI, by decode (1-3 tokens) and by the GEMM (4 and more), on values
+// that reach the operands' extremes (random bytes: Q8_0's -128, every nibble and 6-bit value).
+TEST(PanelKernels, EveryVectorBuildGivesTheSameBits) {
+  using hllm::DType;
+  using Fn = hllm::kernels::QuantMatmulFn;
+  struct Build {
+    const char* name;
+    bool runs;
+    Fn q8_0, q4_0, q4_1, q4_k, q5_k, q6_k;
+  };
+  namespace k = hllm::kernels;
+  const auto& f = hllm::cpu_features();
+  const bool avx512 = hllm::cpu_supports(Isa::avx512);
+  const std::vector<Build> builds = {
+      {"avx2", hllm::cpu_supports(Isa::avx2), &k::avx2::matmul_x16<hllm::BlockQ8_0>,
+       &k::avx2::matmul_x16<hllm::BlockQ4_0>, &k::avx2::matmul_x16<hllm::BlockQ4_1>,
+       &k::avx2::matmul_x16<hllm::BlockQ4_K>, &k::avx2::matmul_x16<hllm::BlockQ5_K>,
+       &k::avx2::matmul_x16<hllm::BlockQ6_K>},
+      {"avx_vnni", hllm::cpu_supports(Isa::avx_vnni), &k::avx_vnni::matmul_x16<hllm::BlockQ8_0>,
+       &k::avx_vnni::matmul_x16<hllm::BlockQ4_0>, &k::avx_vnni::matmul_x16<hllm::BlockQ4_1>,
+       &k::avx_vnni::matmul_x16<hllm::BlockQ4_K>, &k::avx_vnni::matmul_x16<hllm::BlockQ5_K>,
+       &k::avx_vnni::matmul_x16<hllm::BlockQ6_K>},
+      {"avx512", avx512, &k::avx512::matmul_x16<hllm::BlockQ8_0>,
+       &k::avx512::matmul_x16<hllm::BlockQ4_0>, &k::avx512::matmul_x16<hllm::BlockQ4_1>,
+       &k::avx512::matmul_x16<hllm::BlockQ4_K>, &k::avx512::matmul_x16<hllm::BlockQ5_K>,
+       &k::avx512::matmul_x16<hllm::BlockQ6_K>},
+      {"avx512_vnni", avx512 && f.avx512_vnni, &k::avx512_vnni::matmul_x16<hllm::BlockQ8_0>,
+       &k::avx512_vnni::matmul_x16<hllm::BlockQ4_0>, &k::avx512_vnni::matmul_x16<hllm::BlockQ4_1>,
+       &k::avx512_vnni::matmul_x16<hllm::BlockQ4_K>, &k::avx512_vnni::matmul_x16<hllm::BlockQ5_K>,
+       &k::avx512_vnni::matmul_x16<hllm::BlockQ6_K>}};
+  std::size_t ran = 0;
+  for (const Build& b : builds) ran += b.runs;
+  if (ran < 2) GTEST_SKIP() << "needs two vector builds this CPU runs; it runs " << ran;
+  for (const bool k_quant : {false, true})
+    for (const std::size_t n : {1u, 3u, 4u, 9u}) {
+      const std::size_t rows = 48, cols = k_quant ? 512 : 192;
+      const auto x = hllm::test::random_vector(n * cols, static_cast<std::uint32_t>(n + cols));
+      std::vector<hllm::BlockQ8Act> xq(n * cols / 32);
+      for (std::size_t t = 0; t < n; ++t)
+        k::table_for(Isa::scalar)
+            .quantize_activations(x.data() + t * cols, cols, xq.data() + t * cols / 32);
+      const auto types = k_quant ? std::vector{DType::q4_k_x16, DType::q5_k_x16, DType::q6_k_x16}
+                                 : std::vector{DType::q8_0_x16, DType::q4_0_x16, DType::q4_1_x16};
+      for (const DType type : types) {
+        const DType file = hllm::file_type_of(type);
+        const auto plain = random_weight_bytes(file, rows, cols, static_cast<std::uint32_t>(n));
+        const auto packed = interleaved_bytes(file, plain, rows, cols, type);
+        auto scratch = scratch_for(cols, n);
+        std::vector<float> first;
+        const char* first_name = nullptr;
+        for (const Build& b : builds) {
+          if (!b.runs) continue;
+          const Fn fn = file == DType::q8_0   ? b.q8_0
+                        : file == DType::q4_0 ? b.q4_0
+                        : file == DType::q4_1 ? b.q4_1
+                        : file == DType::q4_k ? b.q4_k
+                        : file == DType::q5_k ? b.q5_k
+                                              : b.q6_k;
+          std::vector<float> y(n * rows, NAN);
+          fn(packed.data(), rows, cols, xq.data(), n, y.data(), 0, rows, scratch.data());
+          if (first_name == nullptr) {
+            first = y, first_name = b.name;
+            continue;
+          }
+          for (std::size_t i = 0; i < y.size(); ++i)
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(first[i]))
+                << hllm::dtype_name(type) << " " << b.name << " vs " << first_name << ", " << n
+                << " tokens, output " << i;
+        }
+      }
+    }
+}
 #endif
 
 // The float-activation kernels for quantized weights against reference::matmul: the same
@@ -1079,7 +1158,7 @@ TEST(Compute, RefusesCallsPastItsScratch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryIsa, KernelIsa,
-                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx_vnni, Isa::avx512),
                          [](const auto& param_info) { return hllm::to_string(param_info.param); });
 
 TEST(ThreadPool, RunsEveryIndexOnceAndReuses) {
@@ -1185,6 +1264,32 @@ TEST(ThreadPool, RejectsZeroAndAbsurdThreadCounts) {
   EXPECT_THROW(hllm::ThreadPool(0), hllm::Error);
   EXPECT_THROW(hllm::ThreadPool(100000), hllm::Error);
   EXPECT_GE(hllm::default_thread_count(), 1u);
+}
+
+// The choice among ISAs from CPU features, for CPUs this machine is not: AVX-VNNI is chosen over
+// plain AVX2 where the CPU has it, AVX-512 over both, and never without AVX2 itself.
+TEST(Isa, ChoosesAvxVnniWhereTheCpuHasItAndAvx512IsAbsent) {
+  hllm::CpuFeatures f;
+  EXPECT_EQ(hllm::best_isa_for(f), Isa::scalar);
+  f.avx_vnni = true;  // (not without AVX2)
+  EXPECT_EQ(hllm::best_isa_for(f), Isa::scalar);
+  f.avx2 = f.fma = f.f16c = true;
+  EXPECT_EQ(hllm::best_isa_for(f), Isa::avx_vnni);  // Alder Lake, Zen 5 with AVX-512 off
+  EXPECT_TRUE(hllm::supports(f, Isa::avx2));
+  f.avx_vnni = false;
+  EXPECT_EQ(hllm::best_isa_for(f), Isa::avx2);  // Zen 3, Haswell
+  EXPECT_FALSE(hllm::supports(f, Isa::avx_vnni));
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;
+  EXPECT_EQ(hllm::best_isa_for(f), Isa::avx512);  // Skylake-X
+  f.avx_vnni = true;
+  EXPECT_EQ(hllm::best_isa_for(f), Isa::avx512);  // Sapphire Rapids, Zen 5
+  EXPECT_EQ(hllm::parse_isa("avx_vnni"), Isa::avx_vnni);
+  EXPECT_STREQ(hllm::to_string(Isa::avx_vnni), "avx_vnni");
+  // The running CPU: an AVX-VNNI table exactly where the CPU has AVX-VNNI.
+  if (hllm::cpu_supports(Isa::avx_vnni))
+    EXPECT_EQ(hllm::kernels::table_for(Isa::avx_vnni).isa, Isa::avx_vnni);
+  else
+    EXPECT_THROW(hllm::kernels::table_for(Isa::avx_vnni), hllm::Error);
 }
 
 TEST(Isa, ParsesNamesAndRefusesUnknownOnes) {

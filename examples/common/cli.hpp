@@ -223,10 +223,10 @@ class Parser {
         .add_option_function<std::string>(
             "--isa", [&target](const std::string& v) { target = parse_isa(v); },
             "Kernels to run (default: the best this CPU has, or HLLM_ISA)")
-        ->type_name("scalar|avx2|avx512")
+        ->type_name("scalar|avx2|avx_vnni|avx512")
         ->check(check([](const std::string& v) {
-          if (v != "scalar" && v != "avx2" && v != "avx512")
-            throw UsageError("--isa must be scalar, avx2 or avx512, got '" + v + "'");
+          if (v != "scalar" && v != "avx2" && v != "avx_vnni" && v != "avx512")
+            throw UsageError("--isa must be scalar, avx2, avx_vnni or avx512, got '" + v + "'");
         }));
   }
 

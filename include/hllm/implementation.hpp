@@ -89,8 +89,20 @@ const KernelTable& table_for(Isa isa) {
   static const KernelTable scalar_table =
       HLLM_LAYOUTS(scalar, scalar, HLLM_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar)));
 #if HLLM_X86
-  static const KernelTable avx2_table =
-      HLLM_LAYOUTS(avx2, avx2, HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2)));
+  // AVX2, and AVX2 with AVX-VNNI's integer dots; both run the 16-row panels.
+  static const KernelTable avx2_table = [] {
+    KernelTable table =
+        HLLM_LAYOUTS(avx2, avx2, HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2)));
+    table.prefers_panels = true;
+    return table;
+  }();
+  static const KernelTable avx_vnni_table = [] {
+    KernelTable table =
+        HLLM_LAYOUTS(avx2, avx_vnni, HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx_vnni)));
+    table.isa = Isa::avx_vnni;
+    table.prefers_panels = true;
+    return table;
+  }();
   // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.
   static const KernelTable avx512_table = [] {
     KernelTable table =
@@ -102,12 +114,15 @@ const KernelTable& table_for(Isa isa) {
     if (cpu_features().avx512_bf16) {
       table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
     }
-    table.prefers_interleaved = cpu_features().avx512_vnni;
+    // Without VNNI the AVX-512 panels are compiled and tested but not measured (no such CPU
+    // here), so a load keeps the file's layout there.
+    table.prefers_panels = table.prefers_groups8 = cpu_features().avx512_vnni;
     return table;
   }();
   switch (isa) {
     case Isa::avx512: return avx512_table;
     case Isa::avx2: return avx2_table;
+    case Isa::avx_vnni: return avx_vnni_table;
     default: break;
   }
 #endif

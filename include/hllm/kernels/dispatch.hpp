@@ -123,9 +123,11 @@ struct KernelTable {
   // Attention over consecutive rows and through a paged cache's block table, per cache element
   // type, indexed by KVType (a new type adds an entry, not a field per kernel; see the getters).
   AttentionKernels attention[std::size(kKVTypes)] = {};
-  // Whether this table's kernels run the repacked types faster than the file's layout (VNNI);
-  // loaders repack for it (LoadOptions::repack).
-  bool prefers_interleaved = false;
+  // Which repacked quantized layouts this table's kernels run faster than the file's; loaders
+  // repack for them (LoadOptions::repack). The 16-row panels: every vector ISA (their decode
+  // kernel and GEMM); the 8-row groups: AVX-512 VNNI only (elsewhere they copy rows out).
+  bool prefers_panels = false;
+  bool prefers_groups8 = false;
 
   // The matmul for a weight type, or nullptr if this table has none (quantized types until
   // their kernels land: callers then use the reference path).

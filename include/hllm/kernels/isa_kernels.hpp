@@ -58,16 +58,38 @@ namespace hllm::kernels::avx2 {
 // The order matters (primitives first), so clang-format must not sort these.
 // clang-format off
 #include "hllm/simd/vec-inl.hpp"
+#include "hllm/simd/lanes16-inl.hpp"
 #include "hllm/kernels/matmul_float-inl.hpp"
 #include "hllm/kernels/matmul_bf16_panels-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/attention-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
 #include "hllm/kernels/matmul_kquant-inl.hpp"
+#include "hllm/kernels/gemm_panels-inl.hpp"
 #include "hllm/kernels/matmul_interleaved-inl.hpp"
 // clang-format on
 }  // namespace hllm::kernels::avx2
 HLLM_TARGET_END
+#undef HLLM_QUANT_VNNI
+
+// The integer-dot kernels once more with AVX-VNNI (the VEX vpdpbusd on ymm registers: Alder Lake,
+// Zen 5 and later), used where the CPU has it and AVX-512 is absent or not chosen.
+#define HLLM_QUANT_VNNI 1
+HLLM_TARGET_AVX_VNNI_BEGIN
+namespace hllm::kernels::avx_vnni {
+using avx2::q6_k_slice_values;
+using avx2::VecF32;
+// clang-format off
+#include "hllm/simd/lanes16-inl.hpp"
+#include "hllm/kernels/matmul_quant-inl.hpp"
+#include "hllm/kernels/matmul_kquant-inl.hpp"
+#include "hllm/kernels/gemm_panels-inl.hpp"
+#include "hllm/kernels/matmul_interleaved-inl.hpp"
+// clang-format on
+}  // namespace hllm::kernels::avx_vnni
+HLLM_TARGET_END
+#undef HLLM_QUANT_VNNI
+#define HLLM_QUANT_VNNI 0
 #undef HLLM_ISA_LEVEL
 
 #define HLLM_ISA_LEVEL 2
@@ -76,12 +98,14 @@ namespace hllm::kernels::avx512 {
 // The order matters (primitives first), so clang-format must not sort these.
 // clang-format off
 #include "hllm/simd/vec-inl.hpp"
+#include "hllm/simd/lanes16-inl.hpp"
 #include "hllm/kernels/matmul_float-inl.hpp"
 #include "hllm/kernels/matmul_bf16_panels-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/attention-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
 #include "hllm/kernels/matmul_kquant-inl.hpp"
+#include "hllm/kernels/gemm_panels-inl.hpp"
 #include "hllm/kernels/matmul_interleaved-inl.hpp"
 // clang-format on
 }  // namespace hllm::kernels::avx512
@@ -95,9 +119,10 @@ namespace hllm::kernels::avx512_vnni {
 using avx512::q6_k_slice_values;
 using avx512::VecF32;
 // clang-format off
-#include "hllm/kernels/gemm_vnni-inl.hpp"
+#include "hllm/simd/lanes16-inl.hpp"
 #include "hllm/kernels/matmul_quant-inl.hpp"
 #include "hllm/kernels/matmul_kquant-inl.hpp"
+#include "hllm/kernels/gemm_panels-inl.hpp"
 #include "hllm/kernels/matmul_interleaved-inl.hpp"
 // clang-format on
 }  // namespace hllm::kernels::avx512_vnni

@@ -3,17 +3,18 @@
 // q4_1_x16, q8_0_x16, q4_k_x16, q5_k_x16, q6_k_x16), written once and compiled per ISA (see
 // isa_kernels.hpp), after the row-major kernels it falls back on. No include guard, by design.
 //
-// With VNNI, whole groups run on the repacked layout directly. The 16-row panels: decode (fewer
-// than kPackedMinTokens tokens) with decode_group16, one row per lane, prefill with the packed
-// GEMM, whose panels load straight from them (Interleaved16Panels in gemm_vnni-inl.hpp); both sum
-// a token's output block after block in one FMA chain, so a token gets the same bits from either
-// (batch invariance). The 8-row groups (matrices whose rows are not a multiple of 16): every
-// token count with decode_group8, which loads each activation block once for 8 rows and their 8
-// scales with one load. Everything else (rows outside whole groups; other ISAs, which a session
-// may choose for a model repacked for VNNI) copies each row's blocks out (block_at) and runs the
-// row-major kernels on it: the same integer arithmetic, slower.
+// The 16-row panels run on every vector ISA (the 16-lane primitives of simd/lanes16-inl.hpp):
+// decode (fewer than kPackedMinTokens tokens) with decode_group16, one row per lane, prefill with
+// the packed GEMM, whose panels load straight from them (Interleaved16Panels in
+// gemm_panels-inl.hpp); both sum a token's output block after block in one FMA chain, so a token
+// gets the same bits from either (batch invariance), and from either ISA. The 8-row groups
+// (matrices whose rows are not a multiple of 16) run directly with AVX-512 VNNI only: every token
+// count with decode_group8, which loads each activation block once for 8 rows and their 8 scales
+// with one load. Everything else (rows outside whole groups; the scalar twin; the 8-row groups
+// elsewhere, which a session may choose for a model repacked for VNNI) copies each row's blocks
+// out (block_at) and runs the row-major kernels on it: the same integer arithmetic, slower.
 
-#if HLLM_QUANT_VNNI
+#if HLLM_QUANT_VNNI && HLLM_ISA_LEVEL == 2
 // Lane l of register z holds part of row z·(16/lanes_per_row) + l/lanes_per_row.
 inline __m512i row_of_lane(std::size_t z, std::size_t lanes_per_row) {
   alignas(64) std::int32_t idx[16];
@@ -232,102 +233,110 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
   }
 }
 
+#endif
+
+#if HLLM_ISA_LEVEL >= 1
 // Decode of one 16-row group of Q4_0, Q4_1 or Q8_0 panels (Interleaved16) against one token:
-// out[0..16), row r in lane r. Each block's integer dot is one vpdpbusd chain per register of
-// 16 rows' weights against a broadcast activation group, started at the activation block's
-// offset term (Q8_0: bias = −128·Σx for its q + 128 bytes; Q4_0: bias / 16 = −8·Σx for its
-// nibbles; Q4_1: none), so it is exact and needs no lane sums, scale permutes or float offset
-// terms. Q4_1's minimums come in after each block's scaled dot: m·d_x·Σx (d_sum), 16 rows at
-// once. Q4_0 and Q4_1 multiply the high nibbles in place (q & 0xf0 = 16·nibble, in a second chain
-// shifted back by 4 at the end: exact, as 16 divides it), one AND instead of a shift and an AND.
-// The unit's bytes are read in address order (alternating the two columns' loads halves the rate
-// at which the hardware prefetcher streams the panels from DRAM). Each block's scaled dot is added
+// out[0..16), row r in lane r. Each block's integer dot is one chain per register of 16 rows'
+// weights against a broadcast activation group, in the panel GEMM's operand form (gemm_panels-
+// inl.hpp: with VNNI Q8_0's q + 128 bytes against a start at the block's bias, otherwise |q|
+// against the activation with q's sign), so it is exact and needs no lane sums, scale permutes
+// or float offset terms. Q4_0's offset is the low chain's start, bias / 16 = −8·Σx; Q4_1's
+// minimums come in after each block's scaled dot: m·d_x·Σx (d_sum), 16 rows at once. The high
+// nibbles run a second chain (high_nibbles: with VNNI multiplied in place as q & 0xf0). The
+// unit's bytes are read in address order (alternating the two columns' loads halves the rate at
+// which the hardware prefetcher streams the panels from DRAM). Each block's scaled dot is added
 // to one accumulator, block after block, exactly as the packed GEMM (panel_tile) sums a token's
 // row: the kernels are batch invariant, a token's outputs the same bits whichever runs it.
 template <class Block>
 inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, std::size_t units,
                            float* out) {
-  __m512 acc = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
+  using L = Lanes16;
+  L::Float acc = L::zero();
   for (std::size_t u = 0; u < units; ++u) {
     const Interleaved16<Block>& unit = w[u];
     _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
       const BlockQ8Act& a = x[2 * u + h];
-      __m512i dot;
+      L::Int dot;
       if constexpr (std::is_same_v<Block, BlockQ8_0>) {
-        dot = _mm512_set1_epi32(a.bias);
-        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) dot =
-            _mm512_dpbusd_epi32(dot, _mm512_loadu_si512(unit.qs[h][k]), broadcast_group(a, k));
+        L::Int chain[1] = {L::splat32(offset_start(a.bias, kPanelOffset<Block>))};
+        dot_runs<kPanelMax<Block>, 8>(chain, [&](std::size_t k, std::size_t, L::Int& q, L::Int& s) {
+          q = L::load_int(unit.qs[h][k]);
+          s = broadcast_group(a, k);
+          if constexpr (kSignedPanel<Block>) {
+            const L::Int signed_q = L::bit_xor(q, L::splat8(0x80));
+            q = L::abs8(signed_q);
+            s = L::sign8(s, signed_q);
+          }
+        });
+        dot = chain[0];
       } else {
-        __m512i low = std::is_same_v<Block, BlockQ4_0>
-                          ? _mm512_srai_epi32(_mm512_set1_epi32(a.bias), 4)
-                          : _mm512_setzero_si512();
-        __m512i high = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) {
-          const __m512i q = _mm512_loadu_si512(unit.qs[h][k]);
-          low = _mm512_dpbusd_epi32(low, _mm512_and_si512(q, low4), broadcast_group(a, k));
-          high = _mm512_dpbusd_epi32(high, _mm512_and_si512(q, high4), broadcast_group(a, k + 4));
-        }
-        dot = _mm512_add_epi32(low, _mm512_srai_epi32(high, 4));
+        L::Int q[4];
+        _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) q[k] =
+            L::load_int(unit.qs[h][k]);
+        L::Int chains[2] = {
+            std::is_same_v<Block, BlockQ4_0> ? L::sar32<4>(L::splat32(a.bias)) : L::zero_int(),
+            L::zero_int()};  // [low, high nibbles]
+        dot_runs<kPanelMax<Block>, 4>(
+            chains, [&](std::size_t k, std::size_t c, L::Int& v, L::Int& s) {
+              v = c == 0 ? L::bit_and(q[k], L::splat8(0x0f)) : high_nibbles(q[k]);
+              s = broadcast_group(a, k + 4 * c);
+            });
+        dot = L::add32(chains[0], high_nibble_dot(chains[1]));
       }
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                            _mm512_mul_ps(VecF32::load(unit.d[h]), _mm512_set1_ps(a.d)), acc);
+      acc = L::fma(L::to_float(dot), L::mul(L::load(unit.d[h]), L::splat(a.d)), acc);
       if constexpr (std::is_same_v<Block, BlockQ4_1>)
-        acc = _mm512_fmadd_ps(VecF32::load(unit.m[h]), _mm512_set1_ps(a.d_sum), acc);
+        acc = L::fma(L::load(unit.m[h]), L::splat(a.d_sum), acc);
     }
   }
-  _mm512_storeu_ps(out, acc);
+  L::store(out, acc);
 }
 
 // Decode of one 16-row group of Q4_K or Q5_K panels against one token: out[0..16). Per pair of
 // sub-blocks, the low nibbles (sub-block 2p) and the high ones (2p + 1) run one chain each
-// against their activation blocks: Q4_K multiplies the high nibbles in place (q & 0xf0, shifted
-// back by 4 at the end, exactly); Q5_K shifts each value's fifth bit (bit j of its qh byte, for
-// sub-block j) from the unit's qh words into bit 4, so both chains multiply whole 5-bit values.
-// Then, sub-block by sub-block, its dot weighed by the 16 row scales d·scale_j·d_x and its
-// minimum term dmin·min_j·d_x·Σxq go into one accumulator, in the packed GEMM's order
-// (panel_tile), so decode and prefill give a token the same bits.
+// against their activation blocks (high_nibbles for Q4_K); Q5_K shifts each value's fifth bit
+// (bit j of its qh byte, for sub-block j) from the unit's qh words into bit 4, so both chains
+// multiply whole 5-bit values. Then, sub-block by sub-block, its dot weighed by the 16 row scales
+// d·scale_j·d_x and its minimum term dmin·min_j·d_x·Σxq go into one accumulator, in the packed
+// GEMM's order (panel_tile), so decode and prefill give a token the same bits.
 template <class Unit>
 inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std::size_t supers,
                                          float* out) {
-  constexpr bool kFifthBit = std::is_same_v<Unit, BlockQ5_Kx16>;
-  __m512 acc = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0f), high4 = _mm512_set1_epi8(static_cast<char>(0xf0));
-  const __m512i one = _mm512_set1_epi8(1);
+  using L = Lanes16;
+  using Block = std::conditional_t<std::is_same_v<Unit, BlockQ5_Kx16>, BlockQ5_K, BlockQ4_K>;
+  constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
+  L::Float acc = L::zero();
+  const L::Int low4 = L::splat8(0x0f), one = L::splat8(1);
   for (std::size_t s = 0; s < supers; ++s) {
     const Unit& unit = w[s];
-    const __m512 d = VecF32::load(unit.d), dmin = VecF32::load(unit.dmin);
+    const L::Float d = L::load(unit.d), dmin = L::load(unit.dmin);
     const BlockQ8Act* a = x + 8 * s;
     _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
       const auto& pair = unit.pairs[p];
-      __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
-      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
-        const __m512i q = _mm512_loadu_si512(pair.qs[k]);
-        __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(q, high4);
-        if constexpr (kFifthBit) {
-          const __m512i h = _mm512_loadu_si512(unit.qh[k]);
-          const auto fifth = [&](std::size_t bit) {
-            return _mm512_slli_epi32(
-                _mm512_and_si512(_mm512_srli_epi32(h, static_cast<unsigned>(bit)), one), 4);
-          };
-          lo = _mm512_or_si512(lo, fifth(2 * p));
-          hi = _mm512_or_si512(_mm512_srli_epi32(hi, 4), fifth(2 * p + 1));
-        }
-        low = _mm512_dpbusd_epi32(low, lo, broadcast_group(a[2 * p], k));
-        high = _mm512_dpbusd_epi32(high, hi, broadcast_group(a[2 * p + 1], k));
-      }
-      const __m512i dots[2] = {low, kFifthBit ? high : _mm512_srai_epi32(high, 4)};
+      L::Int dots[2] = {L::zero_int(), L::zero_int()};  // [sub-block 2p, 2p + 1]
+      dot_runs<kPanelMax<Block>, 8>(
+          dots, [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
+            const L::Int q = L::load_int(pair.qs[k]);
+            if constexpr (kFifthBit) {
+              const L::Int fifth = L::shl32<4>(
+                  L::bit_and(L::shr32(L::load_int(unit.qh[k]), static_cast<int>(2 * p + c)), one));
+              v = L::bit_or(c == 0 ? L::bit_and(q, low4) : L::bit_and(L::shr16<4>(q), low4), fifth);
+            } else {
+              v = c == 0 ? L::bit_and(q, low4) : high_nibbles(q);
+            }
+            x_group = broadcast_group(a[2 * p + c], k);
+          });
+      if constexpr (!kFifthBit) dots[1] = high_nibble_dot(dots[1]);
       _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
         const BlockQ8Act& a_j = a[2 * p + h];
-        const __m512 scale = _mm512_mul_ps(bytes_to_floats(pair.scales[h]), d);
-        const __m512 minimum = _mm512_mul_ps(bytes_to_floats(pair.mins[h]), dmin);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[h]),
-                              _mm512_mul_ps(scale, _mm512_set1_ps(a_j.d)), acc);
-        acc = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(a_j.d_sum), acc);
+        const L::Float scale = L::mul(L::load_u8(pair.scales[h]), d);
+        const L::Float minimum = L::mul(L::load_u8(pair.mins[h]), dmin);
+        acc = L::fma(L::to_float(dots[h]), L::mul(scale, L::splat(a_j.d)), acc);
+        acc = L::fnma(minimum, L::splat(a_j.d_sum), acc);
       }
     }
   }
-  _mm512_storeu_ps(out, acc);
+  L::store(out, acc);
 }
 inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size_t supers,
                            float* out) {
@@ -340,45 +349,47 @@ inline void decode_group16(const BlockQ5_Kx16* w, const BlockQ8Act* x, std::size
 
 // Decode of one 16-row group of Q6_K panels against one token: out[0..16). Per half of a
 // super-block, each slice's two 16-value sub-blocks run one chain each (groups 0..3 and 4..7),
-// started at their offset term −32·Σx (slice 3, whose values come as 4·q: −128·Σx, the
+// started at their offset term −32·Σx (slice 3, whose values come as 4·q with VNNI: −128·Σx, the
 // activation block's bias_lo and bias − bias_lo, its dots divided by 4 at the end, exactly).
 // Then each sub-block's dot, weighed by d·scale·d_x, goes into one accumulator, slice after
 // slice and low half before high, in the packed GEMM's order (panel_tile).
 inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size_t supers,
                            float* out) {
-  __m512 acc = _mm512_setzero_ps();
+  using L = Lanes16;
+  L::Float acc = L::zero();
   for (std::size_t s = 0; s < supers; ++s) {
     const BlockQ6_Kx16& unit = w[s];
-    const __m512 d = VecF32::load(unit.d);
+    const L::Float d = L::load(unit.d);
     _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
       const BlockQ6_Kx16::Half& half = unit.halves[h];
       const BlockQ8Act* a = x + 8 * s + 4 * h;
-      __m512i dot[4][2];  // [slice][16-value sub-block]
+      const auto times4 = [](std::size_t i) { return i == 3 && kSlice3Times4; };
+      L::Int dot[8];  // [slice i][16-value sub-block]: 2i + sub
       _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
-        const __m512i lo = _mm512_set1_epi32(a[i].bias_lo);
-        const __m512i hi = _mm512_set1_epi32(a[i].bias - a[i].bias_lo);
-        dot[i][0] = i == 3 ? lo : _mm512_srai_epi32(lo, 2);
-        dot[i][1] = i == 3 ? hi : _mm512_srai_epi32(hi, 2);
+        const int offset = times4(i) ? 128 : 32;
+        dot[2 * i] = L::splat32(offset_start(a[i].bias_lo, offset));
+        dot[2 * i + 1] = L::splat32(offset_start(a[i].bias - a[i].bias_lo, offset));
       }
-      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
-        __m512i q[4];
-        q6_k_panel_quants(half, k, q);
-        _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) dot[i][k / 4] =
-            _mm512_dpbusd_epi32(dot[i][k / 4], q[i], broadcast_group(a[i], k));
-      }
+      // Group kk of each sub-block: place k = 4·sub + kk of slice i.
+      dot_runs<kWideUnsigned ? 255 : 63, 4>(
+          dot, [&](std::size_t kk, std::size_t chain, L::Int& v, L::Int& x_group) {
+            const std::size_t i = chain / 2, k = 4 * (chain % 2) + kk;
+            L::Int q[4];
+            q6_k_panel_quants(half, k, q);
+            v = q[i];
+            x_group = broadcast_group(a[i], k);
+          });
       _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
-        const __m512 d_x = _mm512_set1_ps(a[i].d);
+        const L::Float d_x = L::splat(a[i].d);
         _Pragma("GCC unroll 2") for (std::size_t sub = 0; sub < 2; ++sub) {
-          const __m512i exact = i == 3 ? _mm512_srai_epi32(dot[i][sub], 2) : dot[i][sub];
-          const __m512 scale = _mm512_mul_ps(
-              d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(half.scales[2 * i + sub])))));
-          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), _mm512_mul_ps(scale, d_x), acc);
+          const L::Int exact = times4(i) ? L::sar32<2>(dot[2 * i + sub]) : dot[2 * i + sub];
+          const L::Float scale = L::mul(d, L::load_s8(half.scales[2 * i + sub]));
+          acc = L::fma(L::to_float(exact), L::mul(scale, d_x), acc);
         }
       }
     }
   }
-  _mm512_storeu_ps(out, acc);
+  L::store(out, acc);
 }
 #endif
 
@@ -423,7 +434,7 @@ inline void matmul_interleaved(const Interleaved8<Block>* w, std::size_t rows, s
   constexpr bool kSuper = std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ6_K>;
   constexpr std::size_t kUnit = kSuper ? kQK_K : 32;
   const std::size_t units = cols / kUnit;
-#if HLLM_QUANT_VNNI
+#if HLLM_QUANT_VNNI && HLLM_ISA_LEVEL == 2
   const std::size_t blocks = cols / 32;
   // Every token count on the decode kernel, token by token: its lane sums are not the packed
   // GEMM's order, and one order for every count keeps the kernel batch invariant. (The 8-row
@@ -458,8 +469,8 @@ inline void matmul_x8(const void* w, std::size_t rows, std::size_t cols, const B
 
 // Rows [row_begin, row_end) of y: [n_tokens][rows] for Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K weights in
 // 16-row panels, w: [rows/16][cols/kValues] units, and x: [n_tokens][cols/32] activation blocks.
-// With VNNI, whole groups take the packed-panel GEMM (prefill; its panels are plain loads of these)
-// or decode_group16; everything else copies rows out.
+// On every vector ISA, whole groups take the packed-panel GEMM (prefill; its panels are plain loads
+// of these) or decode_group16; rows outside whole groups, and the scalar twin, copy rows out.
 template <class Block>
 inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, const BlockQ8Act* x,
                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t row_end,
@@ -467,7 +478,7 @@ inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, 
   using Unit = Interleaved16<Block>;
   const auto* w = static_cast<const Unit*>(weights);
   const std::size_t units = cols / Unit::kValues;  // per row
-#if HLLM_QUANT_VNNI
+#if HLLM_ISA_LEVEL >= 1
   const std::size_t blocks = cols / 32;  // activation blocks per token
   if (row_begin % 16 == 0) {
     const std::size_t groups = (row_end - row_begin) / 16;

@@ -64,8 +64,10 @@ inline float scale_of(f16 h) { return _cvtsh_ss(h.bits); }
 
 // 8 int32 lanes; lane k = Σ u[4k..4k+3]·s[4k..4k+3], added to `acc`.
 inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
-#if HLLM_QUANT_VNNI
+#if HLLM_QUANT_VNNI && HLLM_ISA_LEVEL == 2
   return _mm256_dpbusd_epi32(acc, u, s);
+#elif HLLM_QUANT_VNNI
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif

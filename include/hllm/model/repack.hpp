@@ -170,6 +170,9 @@ struct RepackPlan {
   bool move_all = false;      // every other projection is copied over as it is, for the huge pages
   bool bf16_panels = false;   // BF16 matrices become BF16_X16 (the output too)
   bool float_panels = false;  // F32 and F16 matrices become F32_X16 and F16_X16 (the output too)
+  // With `interleave`: shapes the 16-row panels do not fit take the 8-row groups (where the
+  // kernels run them directly, AVX-512 VNNI), else keep the file's layout.
+  bool groups8 = true;
 };
 
 // Moves the projection weights that `plan` names into one new huge-page buffer (which
@@ -191,7 +194,10 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
     const bool wanted = w.type == DType::bf16                          ? plan.bf16_panels
                         : w.type == DType::f32 || w.type == DType::f16 ? plan.float_panels
                                                                        : plan.interleave;
-    const DType to = wanted && may_interleave ? interleaved_type(w) : w.type;
+    DType to = wanted && may_interleave ? interleaved_type(w) : w.type;
+    const bool groups8 = to == DType::q4_0_x8 || to == DType::q8_0_x8 || to == DType::q4_k_x8 ||
+                         to == DType::q6_k_x8;
+    if (groups8 && !plan.groups8) to = w.type;
     if (!w.empty() && (to != w.type || plan.move_all)) targets.push_back({&w, to});
   };
   for (LayerWeights& layer : weights.layers)
@@ -233,15 +239,16 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
   weights.repacked_storage = std::move(storage);
 }
 
-// What a Repack mode does for a session running `table`. automatic: interleave the quantized
-// types where its kernels prefer it (VNNI), put BF16 into panels where its GEMM reads them in
+// What a Repack mode does for a session running `table`. automatic: put the quantized types into
+// the 16-row panels where its kernels prefer them (every vector ISA) and into the 8-row groups
+// where they run those directly (AVX-512 VNNI), put BF16 into panels where its GEMM reads them in
 // place (AVX512-BF16; elsewhere the file layout's packed FP32 GEMM is faster for prefill), move
 // the rest where the kernel grants huge pages; always: all of it; never: nothing.
 inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table) {
   switch (mode) {
     case Repack::automatic:
-      return {table.prefers_interleaved, huge_pages_available(),
-              table.matmul_bf16_x16_dot != nullptr, table.isa == Isa::avx512};
+      return {table.prefers_panels, huge_pages_available(), table.matmul_bf16_x16_dot != nullptr,
+              table.isa == Isa::avx512, table.prefers_groups8};
     case Repack::always: return {true, true, true, true};
     case Repack::never: break;
   }

@@ -15,41 +15,53 @@ enum class Isa {
   scalar,  // portable C++: runs anywhere, the reference twin of every kernel
   avx2,    // AVX2 + FMA + F16C (Haswell, Zen 1 and later)
   avx512,  // AVX-512 F/BW/VL/DQ (Skylake-X, Zen 4 and later); BF16/VNNI used where present
+  // AVX2 + AVX-VNNI: the AVX2 kernels with the VEX-encoded vpdpbusd for the integer dots (Alder
+  // Lake, Zen 5 and later). Last, so the numbers of the others stay what benchmarks print.
+  avx_vnni,
 };
+
+// Every ISA, in the order best_supported_isa() prefers them, best first.
+inline constexpr Isa kIsasBestFirst[] = {Isa::avx512, Isa::avx_vnni, Isa::avx2, Isa::scalar};
 
 inline const char* to_string(Isa isa) noexcept {
   switch (isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::avx_vnni: return "avx_vnni";
   }
   return "?";
 }
 
-inline bool cpu_supports(Isa isa) noexcept {
-  const CpuFeatures& f = cpu_features();
+// Whether a CPU with features f can run isa's kernels.
+inline bool supports(const CpuFeatures& f, Isa isa) noexcept {
+  const bool avx2 = f.avx2 && f.fma && f.f16c;
   switch (isa) {
     case Isa::scalar: return true;
-    case Isa::avx2: return f.avx2 && f.fma && f.f16c;
-    case Isa::avx512:
-      return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+    case Isa::avx2: return avx2;
+    case Isa::avx_vnni: return avx2 && f.avx_vnni;
+    case Isa::avx512: return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
   }
   return false;
 }
+inline bool cpu_supports(Isa isa) noexcept { return supports(cpu_features(), isa); }
 
-inline Isa best_supported_isa() noexcept {
-  if (cpu_supports(Isa::avx512)) return Isa::avx512;
-  if (cpu_supports(Isa::avx2)) return Isa::avx2;
+// The fastest ISA a CPU with features f can run: AVX-512, then AVX-VNNI, then AVX2.
+inline Isa best_isa_for(const CpuFeatures& f) noexcept {
+  for (Isa isa : kIsasBestFirst)
+    if (supports(f, isa)) return isa;
   return Isa::scalar;
 }
+inline Isa best_supported_isa() noexcept { return best_isa_for(cpu_features()); }
 
 inline Isa parse_isa(std::string_view name) {
   if (name == "scalar") return Isa::scalar;
   if (name == "avx2") return Isa::avx2;
   if (name == "avx512") return Isa::avx512;
+  if (name == "avx_vnni") return Isa::avx_vnni;
   throw Error(ErrorKind::invalid_argument,
-              "unknown ISA '" + std::string(name) + "' (expected scalar, avx2 or avx512)", {},
-              "HLLM_ISA");
+              "unknown ISA '" + std::string(name) + "' (expected scalar, avx2, avx_vnni or avx512)",
+              {}, "HLLM_ISA");
 }
 
 // The ISA the process uses: HLLM_ISA if set (an ISA this CPU lacks is an error, never a crash

@@ -1,0 +1,324 @@
+// Prefill GEMM for Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K weights: 8-bit activations times 16-row
+// weight panels, written once against the 16-lane primitives (simd/lanes16-inl.hpp) and compiled
+// for AVX2, AVX-VNNI, AVX-512 and AVX-512 VNNI. Included by isa_kernels.hpp before
+// matmul_interleaved-inl.hpp, which calls it on the load-time 16-row panels (Interleaved16) for
+// batches of kPackedMinTokens tokens or more. No include guard, by design.
+//
+// Why a packed panel: an integer dot (vpdpbusd, or vpmaddubsw + vpmaddwd) multiplies the
+// unsigned bytes of its first operand by the signed bytes of its second and sums each group of
+// four into one int32 lane. If the first operand holds four consecutive weights of each of 16
+// rows and the second is one activation group of four broadcast to every lane, one dot does 64
+// multiply-adds for 16 outputs and no horizontal sum is ever needed. The file layout (one row's
+// block after another) does not give that operand; the load-time panels do, and each K-chunk of
+// a 16-row group is unpacked into a small panel (kPanelBlocks blocks, L1/L2-resident) with plain
+// loads, reused by every token of the chunk. Each token's output is summed block after block in
+// one FMA chain, the decode kernels' order (decode_group16), so prefill and decode give a token
+// the same bits (batch invariance), on every ISA: the integer dots are exact and the float
+// operations the same, lane for lane.
+//
+// The values' form depends on the dot (kWideUnsigned). With VNNI, every format with an integer
+// offset is packed as u = value + 128: Q8_0 bytes flipped (q + 128), Q4_0 nibbles + 120 (value
+// u − 8), Q6_K 6-bit values + 96 (value q − 32). The offset comes back out exactly through the
+// activation block's sum, Σ (u − 128)·x = Σ u·x − 128·Σx, so the int32 accumulator starts at the
+// block's precomputed bias −128·Σx: one broadcast load, the same for every format. vpmaddubsw
+// would saturate on such bytes, so without VNNI the values stay small: Q4_0 nibbles and Q6_K
+// values as they are, starting at their own offset terms (bias/16 = −8·Σx, bias/4 = −32·Σx), and
+// Q8_0 as |q| against the activation with q's sign (vpsignb), starting at 0. Each block's
+// integer dot is exact (32 terms below 2^15 each), then scaled by d_w·d_x and accumulated in
+// float, block by block in order, as the scalar twin does.
+
+#if HLLM_ISA_LEVEL >= 1
+
+inline constexpr std::size_t kPanelRows = 16;    // one int32 lane per row
+inline constexpr std::size_t kPanelBlocks = 32;  // K-chunk: 1024 weights per row per panel
+inline constexpr std::size_t kTokenChunk = 256;  // activations of one chunk stay in L2
+inline constexpr std::size_t kPackedMinTokens = 4;
+
+// Formats whose values have an integer offset (value ∝ q − offset); Q4_1, Q4_K and Q5_K have a
+// float minimum instead.
+template <class Block>
+inline constexpr bool kHasOffset =
+    std::is_same_v<Block, BlockQ4_0> || std::is_same_v<Block, BlockQ8_0> ||
+    std::is_same_v<Block, BlockQ6_K>;
+// 32-value slices per Block.
+template <class Block>
+inline constexpr std::size_t kSlicesPerBlock =
+    std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K> ||
+            std::is_same_v<Block, BlockQ6_K>
+        ? 8
+        : 1;
+// Formats with a float minimum per slice: value = scale·q − min (Q4_K, Q5_K) or scale·q + m
+// (Q4_1).
+template <class Block>
+inline constexpr bool kHasMinimum =
+    std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K> ||
+    std::is_same_v<Block, BlockQ4_1>;
+// Q8_0 without VNNI: |q| meets the activation with q's sign, the panel keeps both.
+template <class Block>
+inline constexpr bool kSignedPanel = std::is_same_v<Block, BlockQ8_0> && !kWideUnsigned;
+// The integer offset a panel's values carry (value = u − offset) and their largest u.
+template <class Block>
+inline constexpr int kPanelOffset = !kHasOffset<Block> || kSignedPanel<Block> ? 0
+                                    : kWideUnsigned                           ? 128
+                                    : std::is_same_v<Block, BlockQ4_0>        ? 8
+                                                                              : 32;
+template <class Block>
+inline constexpr int kPanelMax = kWideUnsigned                      ? 255
+                                 : kSignedPanel<Block>              ? 128
+                                 : std::is_same_v<Block, BlockQ6_K> ? 63
+                                 : std::is_same_v<Block, BlockQ5_K> ? 31
+                                                                    : 15;
+// The accumulator's start for values offset by `offset`: −offset·Σx, from the block's bias
+// −128·Σx (exact: the offsets divide 128).
+inline std::int32_t offset_start(std::int32_t bias, int offset) {
+  return offset == 0 ? 0 : bias / (128 / offset);
+}
+
+// The activation group a.qs[4k..4k+3] in every int32 lane (the signed operand of a panel dot).
+inline Lanes16::Int broadcast_group(const BlockQ8Act& a, std::size_t k) {
+  std::int32_t group;
+  std::memcpy(&group, a.qs + 4 * k, 4);
+  return Lanes16::splat32(group);
+}
+
+// One 32-weight slice of 16 rows of Block: values[k] lane r = row r's weights 4k..4k+3
+// (unsigned, in the form above). A K-chunk of them stays in L1 (22 KiB; Q8_0 without VNNI, which
+// keeps the signed weights too, 38 KiB).
+template <class Block>
+struct alignas(64) PanelBlock {
+  Lanes16::Int values[8];
+  Lanes16::Float scales;     // [16] row r's scale (Q6_K: of values 0..15)
+  Lanes16::Float scales_hi;  // [16] Q6_K: row r's scale of values 16..31
+  Lanes16::Float mins;       // [16] Q4_K/Q5_K: row r's minimum, dmin·m_j; Q4_1: its m
+  Lanes16::Int signs[kSignedPanel<Block> ? 8 : 1];  // kSignedPanel: the weights q (values |q|)
+};
+
+// The high nibbles of q's bytes for a dot: with VNNI in place (q & 0xf0 = 16·nibble, one AND;
+// the dot is shifted back by high_nibble_dot, exactly, as 16 divides it), else shifted down.
+inline Lanes16::Int high_nibbles(Lanes16::Int q) {
+  if constexpr (kWideUnsigned) return Lanes16::bit_and(q, Lanes16::splat8(0xf0));
+  return Lanes16::bit_and(Lanes16::shr16<4>(q), Lanes16::splat8(0x0f));
+}
+inline Lanes16::Int high_nibble_dot(Lanes16::Int dot) {
+  if constexpr (kWideUnsigned) return Lanes16::sar32<4>(dot);
+  return dot;
+}
+
+// Panel registers k and k + 4 from q, the 16 rows' Q4_0 (Q4_1) quant bytes 4k..4k+3: byte i of a
+// row holds weight i (low nibble) and weight i + 16 (high nibble); Q4_0 values carry the panel
+// offset (nibble + 120 with VNNI), Q4_1's stay nibbles.
+template <class Block>
+inline void q4_panel_values(Lanes16::Int q, std::size_t k, PanelBlock<Block>& p) {
+  using L = Lanes16;
+  const L::Int mask = L::splat8(0x0f);
+  p.values[k] = L::bit_and(q, mask);
+  p.values[k + 4] = L::bit_and(L::shr16<4>(q), mask);
+  if constexpr (kPanelOffset<Block> == 128) {
+    const L::Int to_offset_128 = L::splat8(120);
+    p.values[k] = L::add8(p.values[k], to_offset_128);
+    p.values[k + 4] = L::add8(p.values[k + 4], to_offset_128);
+  }
+}
+
+// Group k (values 4k..4k+3 of each of 16 rows) of a Q6_K panel half's four slices: q[0..2] the
+// 6-bit values (one AND each: bits 0-5 of the three registers), q[3] slice 3's value times 4,
+// assembled in place from the registers' top bit pairs (bits 6-7 of register 0, 1, 2 become
+// bits 2-3, 4-5, 6-7; the 16-bit shifts' spill from the neighbouring byte is masked off).
+// Without VNNI, 4·q would saturate vpmaddubsw: q[3] is shifted down to q (its bits 0-1 are clear,
+// so the 16-bit shift's spill into bits 6-7 is zero). kSlice3Times4 says which.
+inline constexpr bool kSlice3Times4 = kWideUnsigned;
+inline void q6_k_panel_quants(const BlockQ6_Kx16::Half& half, std::size_t k, Lanes16::Int (&q)[4]) {
+  using L = Lanes16;
+  const L::Int low6 = L::splat8(0x3f);
+  const L::Int r0 = L::load_int(half.qs[k][0]), r1 = L::load_int(half.qs[k][1]),
+               r2 = L::load_int(half.qs[k][2]);
+  q[0] = L::bit_and(r0, low6);
+  q[1] = L::bit_and(r1, low6);
+  q[2] = L::bit_and(r2, low6);
+  const L::Int bits23_45 = L::select(L::shr16<4>(r0), L::shr16<2>(r1), L::splat8(0x30));
+  q[3] = L::bit_and(L::select(bits23_45, r2, L::splat8(0xc0)), L::splat8(0xfc));
+  if constexpr (!kSlice3Times4) q[3] = L::shr16<2>(q[3]);
+}
+
+// y[j][0..16) (+)= panel · x[j] for kTokens tokens over the panel's n blocks. x: token j's
+// blocks at x + j·x_stride; y: token j's 16 outputs at y + j·y_stride. accumulate: add to y
+// (a later K-chunk continues the sum the earlier one stored, in the same order).
+template <std::size_t kTokens, class Block>
+inline void panel_tile(const PanelBlock<Block>* panel, std::size_t n, const BlockQ8Act* x,
+                       std::size_t x_stride, float* y, std::size_t y_stride, bool accumulate) {
+  using L = Lanes16;
+  L::Float acc[kTokens];
+  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j) acc[j] =
+      accumulate ? L::load(y + j * y_stride) : L::zero();
+  for (std::size_t b = 0; b < n; ++b) {
+    const PanelBlock<Block>& p = panel[b];
+    // Several tokens' dot chains interleaved: a dot has a latency of several cycles
+    // (docs/performance.md). AVX-512: eight (Q6_K four: its two accumulators per token would
+    // not fit the 32 registers with eight); AVX2 has 16 registers of half the width.
+    constexpr std::size_t kChains =
+        std::min<std::size_t>(kTokens, HLLM_ISA_LEVEL == 1                ? 2
+                                       : std::is_same_v<Block, BlockQ6_K> ? 4
+                                                                          : 8);
+    _Pragma("GCC unroll 2") for (std::size_t j0 = 0; j0 < kTokens; j0 += kChains) {
+      const BlockQ8Act* a[kChains];
+      _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) a[c] =
+          &x[(j0 + c) * x_stride + b];
+      if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+        // Two scales per slice: each 16-value half has its own accumulator and offset.
+        L::Int dot[2 * kChains];  // [half][chain]
+        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+          dot[c] = L::splat32(offset_start(a[c]->bias_lo, kPanelOffset<Block>));
+          dot[kChains + c] =
+              L::splat32(offset_start(a[c]->bias - a[c]->bias_lo, kPanelOffset<Block>));
+        }
+        dot_runs<kPanelMax<Block>, 4>(dot, [&](std::size_t k, std::size_t i, L::Int& u, L::Int& s) {
+          const std::size_t half = i / kChains, c = i % kChains;
+          u = p.values[k + 4 * half];
+          s = broadcast_group(*a[c], k + 4 * half);
+        });
+        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+          const L::Float d = L::splat(a[c]->d);
+          acc[j0 + c] = L::fma(L::to_float(dot[c]), L::mul(p.scales, d), acc[j0 + c]);
+          acc[j0 + c] = L::fma(L::to_float(dot[kChains + c]), L::mul(p.scales_hi, d), acc[j0 + c]);
+        }
+      } else {
+        L::Int dot[kChains];
+        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) dot[c] =
+            L::splat32(offset_start(a[c]->bias, kPanelOffset<Block>));
+        dot_runs<kPanelMax<Block>, 8>(dot, [&](std::size_t k, std::size_t c, L::Int& u, L::Int& s) {
+          u = p.values[k];
+          s = broadcast_group(*a[c], k);
+          if constexpr (kSignedPanel<Block>) s = L::sign8(s, p.signs[k]);
+        });
+        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+          const L::Float d = L::splat(a[c]->d);
+          acc[j0 + c] = L::fma(L::to_float(dot[c]), L::mul(p.scales, d), acc[j0 + c]);
+          if constexpr (std::is_same_v<Block, BlockQ4_1>)  // + m · d_x·Σxq (decode_group16's)
+            acc[j0 + c] = L::fma(p.mins, L::splat(a[c]->d_sum), acc[j0 + c]);
+          else if constexpr (kHasMinimum<Block>)  // − dmin·m_j · d_x·Σxq
+            acc[j0 + c] = L::fnma(p.mins, L::splat(a[c]->d_sum), acc[j0 + c]);
+        }
+      }
+    }
+  }
+  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j)
+      L::store(y + j * y_stride, acc[j]);
+}
+
+// Tokens per tile: each token's 16 float accumulators take one of AVX-512's 32 registers but
+// two of AVX2's 16 (eight tokens there spilled them to the stack in every block).
+inline constexpr std::size_t kPanelTileTokens = HLLM_ISA_LEVEL == 2 ? 8 : 4;
+
+// Tokens [0, n_tokens) of one panel, kPanelTileTokens at a time, the tail in 4/2/1 pieces.
+template <class Block>
+inline void panel_tokens(const PanelBlock<Block>* panel, std::size_t n, const BlockQ8Act* x,
+                         std::size_t x_stride, std::size_t n_tokens, float* y, std::size_t y_stride,
+                         bool accumulate) {
+  std::size_t t = 0;
+  if constexpr (kPanelTileTokens == 8)
+    for (; t + 8 <= n_tokens; t += 8)
+      panel_tile<8, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                           accumulate);
+  for (; n_tokens - t >= 4; t += 4)
+    panel_tile<4, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                         accumulate);
+  if (n_tokens - t >= 2) {
+    panel_tile<2, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                         accumulate);
+    t += 2;
+  }
+  if (t < n_tokens)
+    panel_tile<1, Block>(panel, n, x + t * x_stride, x_stride, y + t * y_stride, y_stride,
+                         accumulate);
+}
+
+// Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K in 16-row panels (Interleaved16): the unit's registers are the
+// panel's, so packing is plain loads (Q8_0 holds q + 128, kept with VNNI and flipped back to q
+// otherwise; Q4_0 nibbles are split and offset as above, Q4_1's split, Q4_K's by slice, Q6_K's
+// values unpacked by q6_k_panel_quants), where the file's and the 8-row layouts take a gather per
+// register.
+template <class Block>
+struct Interleaved16Panels {
+  const Interleaved16<Block>* w;  // r must be a multiple of 16
+  std::size_t units;              // per row
+  void pack(std::size_t r, std::size_t b0, std::size_t n, PanelBlock<Block>* out) const {
+    using L = Lanes16;
+    const Interleaved16<Block>* group = w + (r / 16) * units;
+    for (std::size_t b = b0; b < b0 + n; ++b) {
+      PanelBlock<Block>& p = out[b - b0];
+      if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+        // Slice j of super-block b / 8: slice j % 4 of half j / 4, values offset by the panel's.
+        const BlockQ6_Kx16& unit = group[b / 8];
+        const std::size_t j = b % 8, i = j % 4;
+        const BlockQ6_Kx16::Half& half = unit.halves[j / 4];
+        const L::Float d = L::load(unit.d);
+        p.scales = L::mul(d, L::load_s8(half.scales[2 * i]));
+        p.scales_hi = L::mul(d, L::load_s8(half.scales[2 * i + 1]));
+        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+          L::Int q[4];
+          q6_k_panel_quants(half, k, q);
+          // 4·q has bits 0-1 clear, so the 16-bit shift's spill into bits 6-7 is zero.
+          const L::Int value = i == 3 && kSlice3Times4 ? L::shr16<2>(q[3]) : q[i];
+          p.values[k] = kPanelOffset<Block> == 128 ? L::add8(value, L::splat8(96)) : value;
+        }
+      } else if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) {
+        // Slice j of super-block b / 8: the low (j even) or high nibbles of pair j / 2 (Q5_K:
+        // with bit j of the qh words as bit 4).
+        const Interleaved16<Block>& unit = group[b / 8];
+        const std::size_t j = b % 8;
+        p.scales = L::mul(L::load_u8(unit.pairs[j / 2].scales[j % 2]), L::load(unit.d));
+        p.mins = L::mul(L::load_u8(unit.pairs[j / 2].mins[j % 2]), L::load(unit.dmin));
+        const L::Int mask = L::splat8(0x0f);
+        _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+          p.values[k] = L::bit_and(
+              L::shr32(L::load_int(unit.pairs[j / 2].qs[k]), static_cast<int>(4 * (j & 1))), mask);
+          if constexpr (std::is_same_v<Block, BlockQ5_K>)
+            p.values[k] = L::bit_or(
+                p.values[k],
+                L::shl32<4>(L::bit_and(L::shr32(L::load_int(unit.qh[k]), static_cast<int>(j)),
+                                       L::splat8(1))));
+        }
+      } else {
+        const Interleaved16<Block>& unit = group[b / 2];
+        const std::size_t h = b % 2;
+        p.scales = L::load(unit.d[h]);
+        if constexpr (std::is_same_v<Block, BlockQ4_1>) p.mins = L::load(unit.m[h]);
+        if constexpr (!std::is_same_v<Block, BlockQ8_0>) {
+          _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k)
+              q4_panel_values<Block>(L::load_int(unit.qs[h][k]), k, p);
+        } else if constexpr (kSignedPanel<Block>) {
+          _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
+            p.signs[k] = L::bit_xor(L::load_int(unit.qs[h][k]), L::splat8(0x80));
+            p.values[k] = L::abs8(p.signs[k]);
+          }
+        } else {
+          _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) p.values[k] =
+              L::load_int(unit.qs[h][k]);
+        }
+      }
+    }
+  }
+};
+
+// Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] for weights w (a panel
+// source) of `blocks` 32-value slices per row and x: [n_tokens][blocks] activation blocks.
+template <class Block, class Panels>
+inline void gemm_packed(const Panels& w, std::size_t rows, std::size_t blocks, const BlockQ8Act* x,
+                        std::size_t n_tokens, float* y, std::size_t row_begin, std::size_t groups) {
+  static_assert(kPanelBlocks % kSlicesPerBlock<Block> == 0, "K-chunks hold whole blocks");
+  PanelBlock<Block> panel[kPanelBlocks];
+  for (std::size_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
+    const std::size_t chunk = std::min(kTokenChunk, n_tokens - t0);
+    for (std::size_t g = 0; g < groups; ++g) {
+      const std::size_t r = row_begin + g * kPanelRows;
+      for (std::size_t b0 = 0; b0 < blocks; b0 += kPanelBlocks) {
+        const std::size_t n = std::min(kPanelBlocks, blocks - b0);
+        w.pack(r, b0, n, panel);
+        panel_tokens<Block>(panel, n, x + t0 * blocks + b0, blocks, chunk, y + t0 * rows + r, rows,
+                            b0 > 0);
+      }
+    }
+  }
+}
+
+#endif  // HLLM_ISA_LEVEL >= 1
