@@ -273,11 +273,12 @@ inline void interleave_rows8(const Block* w, std::size_t rows, std::size_t units
         place_in_group(w[(8 * g + i) * units + u], i, out[g * units + u]);
 }
 
-// Q4_0 or Q8_0 repacked for the VNNI kernels (DType::q4_0_x16, q8_0_x16): 16 rows by two block
+// Q4_0 or Q8_0 repacked for the panel kernels (DType::q4_0_x16, q8_0_x16): 16 rows by two block
 // columns, their 2×16 scales first (one 64-byte line), then per block column the quants as
 // vpdpbusd's weight operand: qs[h][k] holds, for each row r (the 16 int32 lanes), the 4 bytes
 // qs[4k..4k+3] of row r's block. Q8_0 bytes are stored as unsigned q + 128 (what the VNNI
-// kernels multiply; the offset comes back out through the activations' sum); Q4_0 bytes as in
+// kernels multiply, the offset coming back out through the activations' sum; others flip them
+// back with one XOR); Q4_0 bytes as in
 // the file (low nibble weight 4k+i, high nibble weight 4k+i+16). Why: one zmm register then
 // holds 16 rows' products, so a decode kernel needs no per-row lane sums, no scale permutes and
 // no offset terms, and the prefill GEMM's panels are plain loads instead of gathers. A matrix of
@@ -552,9 +553,9 @@ inline void interleave_rows16(const Block* w, std::size_t rows, std::size_t bloc
 // sum_lo = Σ qs[0..15] for Q6_K, whose scales and offsets cover 16 values. (Not a file format:
 // d stays float32, unlike ggml's f16, because nothing is saved.)
 //
-// bias = −128·sum and bias_lo = −128·sum_lo are the starting values of the prefill GEMM's integer
-// dot products (gemm_vnni-inl.hpp), whose unsigned weight operands all carry an offset of 128:
-// Σ (u − 128)·q = −128·Σq + Σ u·q; d_sum = d·sum weighs a Q4_K/Q5_K slice's minimum there. They
+// bias = −128·sum and bias_lo = −128·sum_lo are the starting values of the panel kernels' integer
+// dot products (gemm_panels-inl.hpp), whose unsigned weight operands carry an offset of 128 with
+// VNNI: Σ (u − 128)·q = −128·Σq + Σ u·q (and a power of two dividing 128 without it); d_sum = d·sum weighs a Q4_K/Q5_K slice's minimum there. They
 // are stored so the hot loop reads each with a plain broadcast load instead of a multiply and a
 // move from a general register per block and token.
 struct BlockQ8Act {

@@ -44,9 +44,7 @@ namespace hllm::kernels::scalar {
 #include "hllm/kernels/matmul_bf16_panels-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/attention-inl.hpp"
-#include "hllm/kernels/matmul_quant-inl.hpp"
-#include "hllm/kernels/matmul_kquant-inl.hpp"
-#include "hllm/kernels/matmul_interleaved-inl.hpp"
+#include "hllm/kernels/integer_kernels-inl.hpp"
 // clang-format on
 }  // namespace hllm::kernels::scalar
 #undef HLLM_ISA_LEVEL
@@ -58,15 +56,11 @@ namespace hllm::kernels::avx2 {
 // The order matters (primitives first), so clang-format must not sort these.
 // clang-format off
 #include "hllm/simd/vec-inl.hpp"
-#include "hllm/simd/lanes16-inl.hpp"
 #include "hllm/kernels/matmul_float-inl.hpp"
 #include "hllm/kernels/matmul_bf16_panels-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/attention-inl.hpp"
-#include "hllm/kernels/matmul_quant-inl.hpp"
-#include "hllm/kernels/matmul_kquant-inl.hpp"
-#include "hllm/kernels/gemm_panels-inl.hpp"
-#include "hllm/kernels/matmul_interleaved-inl.hpp"
+#include "hllm/kernels/integer_kernels-inl.hpp"
 // clang-format on
 }  // namespace hllm::kernels::avx2
 HLLM_TARGET_END
@@ -79,13 +73,7 @@ HLLM_TARGET_AVX_VNNI_BEGIN
 namespace hllm::kernels::avx_vnni {
 using avx2::q6_k_slice_values;
 using avx2::VecF32;
-// clang-format off
-#include "hllm/simd/lanes16-inl.hpp"
-#include "hllm/kernels/matmul_quant-inl.hpp"
-#include "hllm/kernels/matmul_kquant-inl.hpp"
-#include "hllm/kernels/gemm_panels-inl.hpp"
-#include "hllm/kernels/matmul_interleaved-inl.hpp"
-// clang-format on
+#include "hllm/kernels/integer_kernels-inl.hpp"
 }  // namespace hllm::kernels::avx_vnni
 HLLM_TARGET_END
 #undef HLLM_QUANT_VNNI
@@ -98,15 +86,11 @@ namespace hllm::kernels::avx512 {
 // The order matters (primitives first), so clang-format must not sort these.
 // clang-format off
 #include "hllm/simd/vec-inl.hpp"
-#include "hllm/simd/lanes16-inl.hpp"
 #include "hllm/kernels/matmul_float-inl.hpp"
 #include "hllm/kernels/matmul_bf16_panels-inl.hpp"
 #include "hllm/kernels/elementwise-inl.hpp"
 #include "hllm/kernels/attention-inl.hpp"
-#include "hllm/kernels/matmul_quant-inl.hpp"
-#include "hllm/kernels/matmul_kquant-inl.hpp"
-#include "hllm/kernels/gemm_panels-inl.hpp"
-#include "hllm/kernels/matmul_interleaved-inl.hpp"
+#include "hllm/kernels/integer_kernels-inl.hpp"
 // clang-format on
 }  // namespace hllm::kernels::avx512
 HLLM_TARGET_END
@@ -118,13 +102,7 @@ HLLM_TARGET_AVX512_VNNI_BEGIN
 namespace hllm::kernels::avx512_vnni {
 using avx512::q6_k_slice_values;
 using avx512::VecF32;
-// clang-format off
-#include "hllm/simd/lanes16-inl.hpp"
-#include "hllm/kernels/matmul_quant-inl.hpp"
-#include "hllm/kernels/matmul_kquant-inl.hpp"
-#include "hllm/kernels/gemm_panels-inl.hpp"
-#include "hllm/kernels/matmul_interleaved-inl.hpp"
-// clang-format on
+#include "hllm/kernels/integer_kernels-inl.hpp"
 }  // namespace hllm::kernels::avx512_vnni
 HLLM_TARGET_END
 #undef HLLM_QUANT_VNNI

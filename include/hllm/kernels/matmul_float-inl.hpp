@@ -43,7 +43,7 @@ inline void matmul_tile(const W* w, std::size_t cols, const float* x, float* y,
 }
 
 #if HLLM_ISA_LEVEL == 2
-// Prefill on AVX-512: packed 16-row panels, the float twin of gemm_vnni-inl.hpp. A panel holds
+// Prefill on AVX-512: packed 16-row panels, the float twin of gemm_panels-inl.hpp. A panel holds
 // kFloatPanelCols columns of 16 weight rows transposed and widened to float32 (panel[c] lane r
 // = w[r][c]), so one FMA with an embedded broadcast of x[t][c] does 16 outputs' multiply-adds
 // and a tile of two panels × 8 tokens keeps 16 accumulators busy; the panel (16 KiB) is reused

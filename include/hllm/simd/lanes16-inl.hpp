@@ -235,6 +235,7 @@ inline void dot_runs(Lanes16::Int (&acc)[kChains], Operands operands) {
         _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
       operands(k, c, u, s);
       acc[c] = Lanes16::dot(acc[c], u, s);
+      if constexpr (!HLLM_QUANT_VNNI) Lanes16::keep_order(acc[c]);
     }
   } else {
     constexpr std::size_t kSpan = std::min(kRun, kGroups);
