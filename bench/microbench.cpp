@@ -137,7 +137,8 @@ void BM_MatmulBf16Panels(benchmark::State& state) {
   const auto rows = static_cast<std::size_t>(state.range(0)),
              cols = static_cast<std::size_t>(state.range(1)),
              n = static_cast<std::size_t>(state.range(2));
-  const auto fn = state.range(3) != 0 ? table.matmul_bf16_x16 : table.matmul_bf16_x16_dot;
+  const auto fn =
+      state.range(3) != 0 ? table.matmul_for(hllm::DType::bf16_x16) : table.matmul_bf16_x16_dot;
   if (fn == nullptr) {
     state.SkipWithError("no AVX512-BF16 on this CPU");
     return;

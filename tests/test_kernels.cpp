@@ -1157,6 +1157,29 @@ TEST(Compute, RefusesCallsPastItsScratch) {
   EXPECT_NO_THROW(compute.matmul(fits, x.data(), 4, y.data()));
 }
 
+// Every layout of the registry (kKernelLayouts) has its kernels in every table: float types a
+// float matmul, quantized ones the integer-dot and the exact kernel, and every other type none.
+TEST_P(KernelIsa, EveryLayoutHasItsKernelsAndOtherTypesNone) {
+  const auto& table = hllm::kernels::table_for(GetParam());
+  EXPECT_EQ(table.isa, GetParam());
+  for (const hllm::DType type : hllm::kernels::kKernelLayouts) {
+    const hllm::DType file = hllm::file_type_of(type);
+    const bool is_float =
+        file == hllm::DType::f32 || file == hllm::DType::f16 || file == hllm::DType::bf16;
+    const auto& k = table.kernels_for(type);
+    EXPECT_EQ(k.matmul != nullptr, is_float) << hllm::dtype_name(type);
+    EXPECT_EQ(k.quant != nullptr, !is_float) << hllm::dtype_name(type);
+    EXPECT_EQ(k.exact != nullptr, !is_float) << hllm::dtype_name(type);
+    EXPECT_EQ(hllm::kernels::layout_index(type) < hllm::kernels::kLayoutCount, true);
+  }
+  for (const auto type : {static_cast<hllm::DType>(7), static_cast<hllm::DType>(0x30000)}) {
+    EXPECT_EQ(hllm::kernels::layout_index(type), hllm::kernels::kLayoutCount);
+    EXPECT_EQ(table.quant_matmul_for(type), nullptr);
+    EXPECT_EQ(table.matmul_for(type), nullptr);
+    EXPECT_EQ(table.dequant_matmul_for(type), nullptr);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryIsa, KernelIsa,
                          ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx_vnni, Isa::avx512),
                          [](const auto& param_info) { return hllm::to_string(param_info.param); });

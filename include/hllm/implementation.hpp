@@ -28,25 +28,56 @@
 #include "hllm/simd/cpu_features.hpp"
 #include "hllm/simd/isa.hpp"
 
-// quant_ns: where the integer-dot kernels come from (AVX-512 has a VNNI build beside it).
+// The table of namespace ns, its integer-dot kernels from quant_ns (AVX-512 and AVX2 have VNNI
+// builds beside them): the common kernels, then one line per weight layout (kKernelLayouts).
 #define HLLM_KERNEL_TABLE(ns, quant_ns)                                                        \
-  KernelTable {                                                                                \
-    Isa::ns, &ns::matmul_f32, &ns::matmul_f16, &ns::matmul_bf16, &ns::rms_norm, &ns::silu_mul, \
-        &ns::rope, &ns::quantize_activations, &quant_ns::matmul_q8_0, &quant_ns::matmul_q4_0,  \
-        &quant_ns::matmul_q4_k, &quant_ns::matmul_q5_k, &quant_ns::matmul_q6_k,                \
-        &ns::matmul_dequant<BlockQ8_0, kQK8_0>, &ns::matmul_dequant<BlockQ4_0, kQK4_0>,        \
-        &ns::matmul_dequant<BlockQ4_1, kQK4_1>, &ns::matmul_dequant<BlockQ4_K, kQK_K>,         \
-        &ns::matmul_dequant<BlockQ5_K, kQK_K>, &ns::matmul_dequant<BlockQ6_K, kQK_K>,          \
-        &quant_ns::matmul_x8<BlockQ8_0>, &quant_ns::matmul_x8<BlockQ4_0>,                      \
-        &quant_ns::matmul_x8<BlockQ4_K>, &quant_ns::matmul_x8<BlockQ6_K>,                      \
-        &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>, &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>,    \
-        &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>, &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>,      \
-        &ns::matmul_bf16_x16, nullptr, &quant_ns::matmul_x16<BlockQ8_0>,                       \
-        &quant_ns::matmul_x16<BlockQ4_0>, &quant_ns::matmul_x16<BlockQ4_K>,                    \
-        &quant_ns::matmul_x16<BlockQ6_K>, &ns::matmul_dequant<BlockQ8_0x16, kQK8_0>,           \
-        &ns::matmul_dequant<BlockQ4_0x16, kQK4_0>, &ns::matmul_dequant<BlockQ4_Kx16, kQK_K>,   \
-        &ns::matmul_dequant<BlockQ6_Kx16, kQK_K>                                               \
-  }
+  [] {                                                                                         \
+    KernelTable t{.isa = Isa::ns,                                                              \
+                  .rms_norm = &ns::rms_norm,                                                   \
+                  .silu_mul = &ns::silu_mul,                                                   \
+                  .rope = &ns::rope,                                                           \
+                  .quantize_activations = &ns::quantize_activations};                          \
+    const auto set = [&t](DType type, LayoutKernels k) { t.layouts[layout_index(type)] = k; }; \
+    set(DType::f32, {.matmul = &ns::matmul_f32});                                              \
+    set(DType::f16, {.matmul = &ns::matmul_f16});                                              \
+    set(DType::bf16, {.matmul = &ns::matmul_bf16});                                            \
+    set(DType::f32_x16, {.matmul = &ns::matmul_float_x16<float>});                             \
+    set(DType::f16_x16, {.matmul = &ns::matmul_float_x16<f16>});                               \
+    set(DType::bf16_x16, {.matmul = &ns::matmul_bf16_x16});                                    \
+    set(DType::q8_0,                                                                           \
+        {.quant = &quant_ns::matmul_q8_0, .exact = &ns::matmul_dequant<BlockQ8_0, kQK8_0>});   \
+    set(DType::q4_0,                                                                           \
+        {.quant = &quant_ns::matmul_q4_0, .exact = &ns::matmul_dequant<BlockQ4_0, kQK4_0>});   \
+    set(DType::q4_1,                                                                           \
+        {.quant = &quant_ns::matmul_q4_1, .exact = &ns::matmul_dequant<BlockQ4_1, kQK4_1>});   \
+    set(DType::q4_k,                                                                           \
+        {.quant = &quant_ns::matmul_q4_k, .exact = &ns::matmul_dequant<BlockQ4_K, kQK_K>});    \
+    set(DType::q5_k,                                                                           \
+        {.quant = &quant_ns::matmul_q5_k, .exact = &ns::matmul_dequant<BlockQ5_K, kQK_K>});    \
+    set(DType::q6_k,                                                                           \
+        {.quant = &quant_ns::matmul_q6_k, .exact = &ns::matmul_dequant<BlockQ6_K, kQK_K>});    \
+    set(DType::q8_0_x8, {.quant = &quant_ns::matmul_x8<BlockQ8_0>,                             \
+                         .exact = &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>});                  \
+    set(DType::q4_0_x8, {.quant = &quant_ns::matmul_x8<BlockQ4_0>,                             \
+                         .exact = &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>});                  \
+    set(DType::q4_k_x8, {.quant = &quant_ns::matmul_x8<BlockQ4_K>,                             \
+                         .exact = &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>});                   \
+    set(DType::q6_k_x8, {.quant = &quant_ns::matmul_x8<BlockQ6_K>,                             \
+                         .exact = &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>});                   \
+    set(DType::q8_0_x16, {.quant = &quant_ns::matmul_x16<BlockQ8_0>,                           \
+                          .exact = &ns::matmul_dequant<BlockQ8_0x16, kQK8_0>});                \
+    set(DType::q4_0_x16, {.quant = &quant_ns::matmul_x16<BlockQ4_0>,                           \
+                          .exact = &ns::matmul_dequant<BlockQ4_0x16, kQK4_0>});                \
+    set(DType::q4_1_x16, {.quant = &quant_ns::matmul_x16<BlockQ4_1>,                           \
+                          .exact = &ns::matmul_dequant<BlockQ4_1x16, kQK4_1>});                \
+    set(DType::q4_k_x16, {.quant = &quant_ns::matmul_x16<BlockQ4_K>,                           \
+                          .exact = &ns::matmul_dequant<BlockQ4_Kx16, kQK_K>});                 \
+    set(DType::q5_k_x16, {.quant = &quant_ns::matmul_x16<BlockQ5_K>,                           \
+                          .exact = &ns::matmul_dequant<BlockQ5_Kx16, kQK_K>});                 \
+    set(DType::q6_k_x16, {.quant = &quant_ns::matmul_x16<BlockQ6_K>,                           \
+                          .exact = &ns::matmul_dequant<BlockQ6_Kx16, kQK_K>});                 \
+    return t;                                                                                  \
+  }()
 
 namespace hllm::kernels {
 
@@ -65,52 +96,30 @@ KernelTable with_attention(KernelTable table, F kernels_of) {
   return table;
 }
 
-// A table with the entries that have defaults filled in by name, from namespaces ns and
-// quant_ns (where the integer-dot kernels come from): the F32, F16, Q4_1 and Q5_K panels and
-// Q4_1's file layout. (The positional ones, HLLM_KERNEL_TABLE, must stay in field order; a new
-// entry goes here.)
-#define HLLM_LAYOUTS(ns, quant_ns, table)                           \
-  [](KernelTable t) {                                               \
-    t.matmul_f32_x16 = &ns::matmul_float_x16<float>;                \
-    t.matmul_f16_x16 = &ns::matmul_float_x16<f16>;                  \
-    t.matmul_q4_1 = &quant_ns::matmul_q4_1;                         \
-    t.matmul_q4_1_x16 = &quant_ns::matmul_x16<BlockQ4_1>;           \
-    t.dequant_q4_1_x16 = &ns::matmul_dequant<BlockQ4_1x16, kQK4_1>; \
-    t.matmul_q5_k_x16 = &quant_ns::matmul_x16<BlockQ5_K>;           \
-    t.dequant_q5_k_x16 = &ns::matmul_dequant<BlockQ5_Kx16, kQK_K>;  \
-    return t;                                                       \
-  }(table)
-
 // Declared in kernels/dispatch.hpp. Not inline: one definition per program, here.
 const KernelTable& table_for(Isa isa) {
   if (!cpu_supports(isa))
     throw Error(ErrorKind::unsupported,
                 std::string("this CPU cannot run the ") + to_string(isa) + " kernels");
-  static const KernelTable scalar_table =
-      HLLM_LAYOUTS(scalar, scalar, HLLM_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar)));
+  static const KernelTable scalar_table = HLLM_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar));
 #if HLLM_X86
   // AVX2, and AVX2 with AVX-VNNI's integer dots; both run the 16-row panels.
   static const KernelTable avx2_table = [] {
-    KernelTable table =
-        HLLM_LAYOUTS(avx2, avx2, HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2)));
+    KernelTable table = HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2));
     table.prefers_panels = true;
     return table;
   }();
   static const KernelTable avx_vnni_table = [] {
-    KernelTable table =
-        HLLM_LAYOUTS(avx2, avx_vnni, HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx_vnni)));
+    KernelTable table = HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx_vnni));
     table.isa = Isa::avx_vnni;
     table.prefers_panels = true;
     return table;
   }();
   // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.
   static const KernelTable avx512_table = [] {
-    KernelTable table =
-        cpu_features().avx512_vnni
-            ? HLLM_LAYOUTS(avx512, avx512_vnni,
-                           HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512_vnni)))
-            : HLLM_LAYOUTS(avx512, avx512,
-                           HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512)));
+    KernelTable table = cpu_features().avx512_vnni
+                            ? HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512_vnni))
+                            : HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512));
     if (cpu_features().avx512_bf16) {
       table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
     }
@@ -133,7 +142,6 @@ const KernelTable& table_for(Isa isa) {
 
 #undef HLLM_KERNEL_TABLE
 #undef HLLM_ATTENTION
-#undef HLLM_LAYOUTS
 
 // The model code for the dynamic spec, which the headers declare extern: compiled here once.
 namespace hllm {

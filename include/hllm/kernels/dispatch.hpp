@@ -90,36 +90,45 @@ struct AttentionKernels {
   AttendGroupPagedFn paged = nullptr;
 };
 
+// The kernels that read one weight layout. Float types fill `matmul`; quantized ones `quant`
+// (8-bit activations) and `exact` (float activations, dequantizing: SessionOptions::exact).
+struct LayoutKernels {
+  MatmulFn matmul = nullptr;
+  QuantMatmulFn quant = nullptr;
+  MatmulFn exact = nullptr;
+};
+
+// Every weight layout a kernel reads: the file types, then the layouts a load repacks them into
+// (model/repack.hpp; their structs in core/quant_blocks.hpp, core/bf16_panels.hpp and
+// core/float_panels.hpp). A table holds one LayoutKernels per entry, in this order; a new
+// layout adds an entry here and one line per ISA where the tables are filled
+// (hllm/implementation.hpp), not a field and a case in each getter.
+inline constexpr DType kKernelLayouts[] = {
+    DType::f32,      DType::f16,      DType::bf16,     DType::q8_0,     DType::q4_0,
+    DType::q4_1,     DType::q4_k,     DType::q5_k,     DType::q6_k,     DType::f32_x16,
+    DType::f16_x16,  DType::bf16_x16, DType::q8_0_x8,  DType::q4_0_x8,  DType::q4_k_x8,
+    DType::q6_k_x8,  DType::q8_0_x16, DType::q4_0_x16, DType::q4_1_x16, DType::q4_k_x16,
+    DType::q5_k_x16, DType::q6_k_x16};
+inline constexpr std::size_t kLayoutCount = std::size(kKernelLayouts);
+
+// type's index in kKernelLayouts, or kLayoutCount for a type no kernel reads.
+constexpr std::size_t layout_index(DType type) noexcept {
+  for (std::size_t i = 0; i < kLayoutCount; ++i)
+    if (kKernelLayouts[i] == type) return i;
+  return kLayoutCount;
+}
+
 struct KernelTable {
-  Isa isa;
-  MatmulFn matmul_f32, matmul_f16, matmul_bf16;
-  RmsNormFn rms_norm;
-  SiluMulFn silu_mul;
-  RopeFn rope;
-  QuantizeFn quantize_activations;
-  QuantMatmulFn matmul_q8_0, matmul_q4_0, matmul_q4_k, matmul_q5_k, matmul_q6_k;
-  MatmulFn dequant_q8_0, dequant_q4_0, dequant_q4_1, dequant_q4_k, dequant_q5_k, dequant_q6_k;
-  // Load-time repacked Q8_0 / Q4_0 / Q4_K / Q6_K (DType::*_x8): integer and exact
-  // kernels, in every table, since a session may run any ISA on a repacked model.
-  QuantMatmulFn matmul_q8_0_x8, matmul_q4_0_x8, matmul_q4_k_x8, matmul_q6_k_x8;
-  MatmulFn dequant_q8_0_x8, dequant_q4_0_x8, dequant_q4_k_x8, dequant_q6_k_x8;
-  // Load-time repacked BF16 (DType::bf16_x16): float32 activations in every table, and
-  // activations rounded to bf16 (vdpbf16ps; nullptr where the CPU has no AVX512-BF16). Not
-  // exact: Compute::matmul takes the second, matmul_exact never does.
-  MatmulFn matmul_bf16_x16, matmul_bf16_x16_dot;
-  // Load-time repacked Q8_0 / Q4_0 / Q4_K / Q6_K in 16-row panels (DType::*_x16): as the *_x8
-  // ones.
-  QuantMatmulFn matmul_q8_0_x16, matmul_q4_0_x16, matmul_q4_k_x16, matmul_q6_k_x16;
-  MatmulFn dequant_q8_0_x16, dequant_q4_0_x16, dequant_q4_k_x16, dequant_q6_k_x16;
-  // Load-time repacked F32 / F16 in 16-row panels (DType::f32_x16, f16_x16): float32
-  // activations, in every table. Q5_K in 16-row panels (DType::q5_k_x16): as the *_x16 ones.
-  MatmulFn matmul_f32_x16 = nullptr, matmul_f16_x16 = nullptr;
-  QuantMatmulFn matmul_q5_k_x16 = nullptr;
-  MatmulFn dequant_q5_k_x16 = nullptr;
-  // Q4_1 on 8-bit activations (its exact path is dequant_q4_1), and Q4_1 in 16-row panels
-  // (DType::q4_1_x16): as the *_x16 ones.
-  QuantMatmulFn matmul_q4_1 = nullptr, matmul_q4_1_x16 = nullptr;
-  MatmulFn dequant_q4_1_x16 = nullptr;
+  Isa isa = Isa::scalar;
+  RmsNormFn rms_norm = nullptr;
+  SiluMulFn silu_mul = nullptr;
+  RopeFn rope = nullptr;
+  QuantizeFn quantize_activations = nullptr;
+  // Indexed by layout_index(type).
+  LayoutKernels layouts[kLayoutCount] = {};
+  // BF16 panels against activations rounded to bf16 (vdpbf16ps; nullptr where the CPU has no
+  // AVX512-BF16). Not exact: Compute::matmul takes it, matmul_exact never does.
+  MatmulFn matmul_bf16_x16_dot = nullptr;
   // Attention over consecutive rows and through a paged cache's block table, per cache element
   // type, indexed by KVType (a new type adds an entry, not a field per kernel; see the getters).
   AttentionKernels attention[std::size(kKVTypes)] = {};
@@ -129,63 +138,18 @@ struct KernelTable {
   bool prefers_panels = false;
   bool prefers_groups8 = false;
 
-  // The matmul for a weight type, or nullptr if this table has none (quantized types until
-  // their kernels land: callers then use the reference path).
-  MatmulFn matmul_for(DType type) const noexcept {
-    switch (type) {
-      case DType::f32: return matmul_f32;
-      case DType::f16: return matmul_f16;
-      case DType::bf16: return matmul_bf16;
-      case DType::bf16_x16: return matmul_bf16_x16;
-      case DType::f32_x16: return matmul_f32_x16;
-      case DType::f16_x16: return matmul_f16_x16;
-      default: return nullptr;
-    }
+  // The kernels of a weight layout; all nullptr for a type no kernel reads.
+  const LayoutKernels& kernels_for(DType type) const noexcept {
+    static constexpr LayoutKernels kNone{};
+    const std::size_t i = layout_index(type);
+    return i < kLayoutCount ? layouts[i] : kNone;
   }
+  // The float-activation matmul of a float weight type, or nullptr.
+  MatmulFn matmul_for(DType type) const noexcept { return kernels_for(type).matmul; }
   // The float-activation matmul for a quantized weight type (dequantizing), or nullptr.
-  MatmulFn dequant_matmul_for(DType type) const noexcept {
-    switch (type) {
-      case DType::q8_0: return dequant_q8_0;
-      case DType::q4_0: return dequant_q4_0;
-      case DType::q4_1: return dequant_q4_1;
-      case DType::q4_k: return dequant_q4_k;
-      case DType::q5_k: return dequant_q5_k;
-      case DType::q6_k: return dequant_q6_k;
-      case DType::q8_0_x8: return dequant_q8_0_x8;
-      case DType::q4_0_x8: return dequant_q4_0_x8;
-      case DType::q4_k_x8: return dequant_q4_k_x8;
-      case DType::q6_k_x8: return dequant_q6_k_x8;
-      case DType::q8_0_x16: return dequant_q8_0_x16;
-      case DType::q4_0_x16: return dequant_q4_0_x16;
-      case DType::q4_1_x16: return dequant_q4_1_x16;
-      case DType::q4_k_x16: return dequant_q4_k_x16;
-      case DType::q5_k_x16: return dequant_q5_k_x16;
-      case DType::q6_k_x16: return dequant_q6_k_x16;
-      default: return nullptr;
-    }
-  }
+  MatmulFn dequant_matmul_for(DType type) const noexcept { return kernels_for(type).exact; }
   // The integer-dot matmul for a quantized weight type, or nullptr.
-  QuantMatmulFn quant_matmul_for(DType type) const noexcept {
-    switch (type) {
-      case DType::q8_0: return matmul_q8_0;
-      case DType::q4_0: return matmul_q4_0;
-      case DType::q4_1: return matmul_q4_1;
-      case DType::q4_k: return matmul_q4_k;
-      case DType::q5_k: return matmul_q5_k;
-      case DType::q6_k: return matmul_q6_k;
-      case DType::q8_0_x8: return matmul_q8_0_x8;
-      case DType::q4_0_x8: return matmul_q4_0_x8;
-      case DType::q4_k_x8: return matmul_q4_k_x8;
-      case DType::q6_k_x8: return matmul_q6_k_x8;
-      case DType::q8_0_x16: return matmul_q8_0_x16;
-      case DType::q4_0_x16: return matmul_q4_0_x16;
-      case DType::q4_1_x16: return matmul_q4_1_x16;
-      case DType::q4_k_x16: return matmul_q4_k_x16;
-      case DType::q5_k_x16: return matmul_q5_k_x16;
-      case DType::q6_k_x16: return matmul_q6_k_x16;
-      default: return nullptr;
-    }
-  }
+  QuantMatmulFn quant_matmul_for(DType type) const noexcept { return kernels_for(type).quant; }
   // The attention kernels for cache element type KV.
   template <class KV>
   const AttentionKernels& attention_for() const noexcept {
