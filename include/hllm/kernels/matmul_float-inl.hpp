@@ -308,20 +308,25 @@ inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t 
     } else
 #endif
     {
-      // Decode and small batches: two groups at a time on AVX-512 (one elsewhere), up to four
-      // tokens per column load; every token of the batch before the next groups, whose panels
-      // are then read from memory once.
-      constexpr std::size_t kGroups = VecF32::lanes == kFloatPanelRows ? 2 : 1;
-      std::size_t r = first;
+      // Decode and small batches: two groups at a time (on AVX2 only up to two tokens, whose
+      // accumulators then fill its 16 registers: one group's two chains left decode waiting on
+      // the FMA latency), up to four tokens per column load; every token of the batch before
+      // the next groups, whose panels are then read from memory once.
       const auto groups_for = [&](auto k_groups, std::size_t r0) {
         for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
           float_x16_tile<k_groups(), k_tokens()>(panels + r0 / 16 * group, cols, x + t * cols,
                                                  y + t * rows + r0, rows);
         });
       };
-      for (; r + 16 * kGroups <= last; r += 16 * kGroups)
-        groups_for(std::integral_constant<std::size_t, kGroups>{}, r);
-      for (; r < last; r += 16) groups_for(std::integral_constant<std::size_t, 1>{}, r);
+      const auto run = [&](auto k_groups) {
+        std::size_t r = first;
+        for (; r + 16 * k_groups() <= last; r += 16 * k_groups()) groups_for(k_groups, r);
+        for (; r < last; r += 16) groups_for(std::integral_constant<std::size_t, 1>{}, r);
+      };
+      if (VecF32::lanes == kFloatPanelRows || n_tokens <= 2)
+        run(std::integral_constant<std::size_t, 2>{});
+      else
+        run(std::integral_constant<std::size_t, 1>{});
     }
   }
   if (last < row_end && row_end > first) cut_group(last / 16, last, row_end);

@@ -242,13 +242,13 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
 // What a Repack mode does for a session running `table`. automatic: put the quantized types into
 // the 16-row panels where its kernels prefer them (every vector ISA) and into the 8-row groups
 // where they run those directly (AVX-512 VNNI), put BF16 into panels where its GEMM reads them in
-// place (AVX512-BF16; elsewhere the file layout's packed FP32 GEMM is faster for prefill), move
-// the rest where the kernel grants huge pages; always: all of it; never: nothing.
+// place (AVX512-BF16; elsewhere the file layout's packed FP32 GEMM is faster for prefill), F32
+// and F16 into their panels on every vector ISA, move the rest where the kernel grants huge pages; always: all of it; never: nothing.
 inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table) {
   switch (mode) {
     case Repack::automatic:
       return {table.prefers_panels, huge_pages_available(), table.matmul_bf16_x16_dot != nullptr,
-              table.isa == Isa::avx512, table.prefers_groups8};
+              table.isa != Isa::scalar, table.prefers_groups8};
     case Repack::always: return {true, true, true, true};
     case Repack::never: break;
   }
