@@ -1180,8 +1180,7 @@ TEST_P(KernelIsa, EveryLayoutHasItsKernelsAndOtherTypesNone) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryIsa, KernelIsa,
-                         ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx_vnni, Isa::avx512),
+INSTANTIATE_TEST_SUITE_P(EveryIsa, KernelIsa, ::testing::ValuesIn(hllm::kIsasBestFirst),
                          [](const auto& param_info) { return hllm::to_string(param_info.param); });
 
 TEST(ThreadPool, RunsEveryIndexOnceAndReuses) {

@@ -117,7 +117,7 @@ void expect_error(F&& f, ErrorKind kind, const std::string& field, const std::st
 // Every ISA this CPU can run: kernels are tested on each, forced one by one.
 inline std::vector<Isa> supported_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx_vnni, Isa::avx512})
+  for (Isa isa : kIsasBestFirst)
     if (cpu_supports(isa)) isas.push_back(isa);
   return isas;
 }

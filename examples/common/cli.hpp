@@ -225,8 +225,11 @@ class Parser {
             "Kernels to run (default: the best this CPU has, or HLLM_ISA)")
         ->type_name("scalar|avx2|avx_vnni|avx512")
         ->check(check([](const std::string& v) {
-          if (v != "scalar" && v != "avx2" && v != "avx_vnni" && v != "avx512")
+          try {
+            parse_isa(v);
+          } catch (const Error&) {
             throw UsageError("--isa must be scalar, avx2, avx_vnni or avx512, got '" + v + "'");
+          }
         }));
   }
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 
 #include "hllm/core/kv_element.hpp"
 #include "hllm/io/kv_state_file.hpp"
@@ -34,8 +35,7 @@ inline AnyPagedKVStorage kv_state_pool(KVType type) {
 // An input's first byte: bits 1.. pick the pool's element type (kKVTypes), bit 0 asks the
 // harness to recompute both checksums, so mutations reach the field checks behind them.
 inline KVType kv_state_type(std::uint8_t selector) {
-  constexpr std::size_t n = sizeof(kKVTypes) / sizeof(kKVTypes[0]);
-  return kKVTypes[(selector >> 1) % n];
+  return kKVTypes[(selector >> 1) % std::size(kKVTypes)];
 }
 
 }  // namespace hllm::fuzz

@@ -274,9 +274,10 @@ inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, s
         L::Int q[4];
         _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) q[k] =
             L::load_int(unit.qs[h][k]);
+        // [low, high nibbles], raw nibbles on every ISA: Q4_0's offset of 8 is the low start.
         L::Int chains[2] = {
-            std::is_same_v<Block, BlockQ4_0> ? L::sar32<4>(L::splat32(a.bias)) : L::zero_int(),
-            L::zero_int()};  // [low, high nibbles]
+            L::splat32(offset_start(a.bias, std::is_same_v<Block, BlockQ4_0> ? 8 : 0)),
+            L::zero_int()};
         dot_runs<kPanelMax<Block>, 4>(
             chains, [&](std::size_t k, std::size_t c, L::Int& v, L::Int& s) {
               v = c == 0 ? L::bit_and(q[k], L::splat8(0x0f)) : high_nibbles(q[k]);
@@ -371,7 +372,7 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
         dot[2 * i + 1] = L::splat32(offset_start(a[i].bias - a[i].bias_lo, offset));
       }
       // Group kk of each sub-block: place k = 4·sub + kk of slice i.
-      dot_runs<kWideUnsigned ? 255 : 63, 4>(
+      dot_runs<kPanelMax<BlockQ6_K>, 4>(
           dot, [&](std::size_t kk, std::size_t chain, L::Int& v, L::Int& x_group) {
             const std::size_t i = chain / 2, k = 4 * (chain % 2) + kk;
             L::Int q[4];

@@ -112,15 +112,20 @@ inline std::shared_ptr<std::byte> allocate_huge_pages(std::size_t bytes) {
 
 }  // namespace detail
 
+// Whether a type is one of the 8-row groups (Interleaved8).
+constexpr bool is_groups8(DType type) noexcept {
+  return type == DType::q4_0_x8 || type == DType::q8_0_x8 || type == DType::q4_k_x8 ||
+         type == DType::q6_k_x8;
+}
+
 // Writes w repacked as `to` into out (that type's bytes(), any alignment) and returns `to`:
 // interleaved_type(w), or the 8-row groups where that is one of the 16-row panels (the shapes
 // allow both).
 inline DType repack_tensor(const WeightTensor& w, DType to, void* out) {
   const DType best = interleaved_type(w);
-  const bool allowed = to == best || (to == DType::q4_0_x8 && best == DType::q4_0_x16) ||
-                       (to == DType::q8_0_x8 && best == DType::q8_0_x16) ||
-                       (to == DType::q4_k_x8 && best == DType::q4_k_x16) ||
-                       (to == DType::q6_k_x8 && best == DType::q6_k_x16);
+  // Or the 8-row groups of w's type where its panels fit too.
+  const bool allowed =
+      to == best || (is_groups8(to) && best != w.type && file_type_of(best) == file_type_of(to));
   if (!allowed || to == w.type)
     throw Error(ErrorKind::internal,
                 dtype_name(w.type) + " has no repacked layout " + dtype_name(to), {}, w.name);
@@ -195,9 +200,7 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
                         : w.type == DType::f32 || w.type == DType::f16 ? plan.float_panels
                                                                        : plan.interleave;
     DType to = wanted && may_interleave ? interleaved_type(w) : w.type;
-    const bool groups8 = to == DType::q4_0_x8 || to == DType::q8_0_x8 || to == DType::q4_k_x8 ||
-                         to == DType::q6_k_x8;
-    if (groups8 && !plan.groups8) to = w.type;
+    if (is_groups8(to) && !plan.groups8) to = w.type;
     if (!w.empty() && (to != w.type || plan.move_all)) targets.push_back({&w, to});
   };
   for (LayerWeights& layer : weights.layers)
@@ -243,7 +246,8 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
 // the 16-row panels where its kernels prefer them (every vector ISA) and into the 8-row groups
 // where they run those directly (AVX-512 VNNI), put BF16 into panels where its GEMM reads them in
 // place (AVX512-BF16; elsewhere the file layout's packed FP32 GEMM is faster for prefill), F32
-// and F16 into their panels on every vector ISA, move the rest where the kernel grants huge pages; always: all of it; never: nothing.
+// and F16 into their panels on every vector ISA, and move the rest where the kernel grants huge
+// pages; always: all of it; never: nothing.
 inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table) {
   switch (mode) {
     case Repack::automatic:

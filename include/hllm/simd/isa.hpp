@@ -55,10 +55,8 @@ inline Isa best_isa_for(const CpuFeatures& f) noexcept {
 inline Isa best_supported_isa() noexcept { return best_isa_for(cpu_features()); }
 
 inline Isa parse_isa(std::string_view name) {
-  if (name == "scalar") return Isa::scalar;
-  if (name == "avx2") return Isa::avx2;
-  if (name == "avx512") return Isa::avx512;
-  if (name == "avx_vnni") return Isa::avx_vnni;
+  for (Isa isa : kIsasBestFirst)
+    if (name == to_string(isa)) return isa;
   throw Error(ErrorKind::invalid_argument,
               "unknown ISA '" + std::string(name) + "' (expected scalar, avx2, avx_vnni or avx512)",
               {}, "HLLM_ISA");

@@ -60,19 +60,18 @@ struct Lanes16 {
   static Int sign8(Int x, Int q) {  // AVX-512 has no vpsignb: negate under q's sign bits
     return _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(q), _mm512_setzero_si512(), x);
   }
-  static Int dot(Int acc, Int u, Int s) {
-#if HLLM_QUANT_VNNI
-    return _mm512_dpbusd_epi32(acc, u, s);
-#else
-    return _mm512_add_epi32(acc,
-                            _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
-#endif
-  }
   static Int pair_sums(Int u, Int s) { return _mm512_maddubs_epi16(u, s); }
   static Int add16(Int a, Int b) { return _mm512_add_epi16(a, b); }
   static void keep_order(Int& a) { __asm__("" : "+v"(a)); }
   static Int widen_pairs(Int acc, Int p) {
     return _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1)));
+  }
+  static Int dot(Int acc, Int u, Int s) {
+#if HLLM_QUANT_VNNI
+    return _mm512_dpbusd_epi32(acc, u, s);
+#else
+    return widen_pairs(acc, pair_sums(u, s));
+#endif
   }
   static Float to_float(Int a) { return _mm512_cvtepi32_ps(a); }
   static Float load(const float* p) { return _mm512_loadu_ps(p); }
@@ -157,17 +156,6 @@ struct Lanes16 {
   static Int sign8(Int x, Int q) {
     return {_mm256_sign_epi8(x.lo, q.lo), _mm256_sign_epi8(x.hi, q.hi)};
   }
-  static __m256i dot(__m256i acc, __m256i u, __m256i s) {
-#if HLLM_QUANT_VNNI
-    return _mm256_dpbusd_avx_epi32(acc, u, s);
-#else
-    return _mm256_add_epi32(acc,
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
-  }
-  static Int dot(Int acc, Int u, Int s) {
-    return {dot(acc.lo, u.lo, s.lo), dot(acc.hi, u.hi, s.hi)};
-  }
   static Int pair_sums(Int u, Int s) {
     return {_mm256_maddubs_epi16(u.lo, s.lo), _mm256_maddubs_epi16(u.hi, s.hi)};
   }
@@ -179,6 +167,14 @@ struct Lanes16 {
     const __m256i one = _mm256_set1_epi16(1);
     return {_mm256_add_epi32(acc.lo, _mm256_madd_epi16(p.lo, one)),
             _mm256_add_epi32(acc.hi, _mm256_madd_epi16(p.hi, one))};
+  }
+  static Int dot(Int acc, Int u, Int s) {
+#if HLLM_QUANT_VNNI
+    return {_mm256_dpbusd_avx_epi32(acc.lo, u.lo, s.lo),
+            _mm256_dpbusd_avx_epi32(acc.hi, u.hi, s.hi)};
+#else
+    return widen_pairs(acc, pair_sums(u, s));
+#endif
   }
   static Float to_float(Int a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
   static Float load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
