@@ -728,6 +728,35 @@ TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
 // Which layout each shape gets: the 16-row panels where they fit (rows a multiple of 16, an even
 // number of blocks), else the 8-row groups, else none; and repack_tensor refuses a layout the
 // shape does not allow.
+// What a load repacks for each ISA's table (Repack::automatic): the quantized 16-row panels and
+// the F32/F16 panels on every vector ISA, the 8-row groups only with AVX-512 VNNI (elsewhere they
+// would copy rows out); and a plan without groups8 keeps a shape only they fit in the file's
+// layout while its neighbour takes the panels.
+TEST(Repack, EachIsaRepacksTheLayoutsItsKernelsRun) {
+  using hllm::DType;
+  for (const Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    const auto& table = hllm::kernels::table_for(isa);
+    const hllm::RepackPlan plan = hllm::repack_plan(hllm::Repack::automatic, table);
+    const bool vector = isa != Isa::scalar;
+    const bool vnni512 = isa == Isa::avx512 && hllm::cpu_features().avx512_vnni;
+    EXPECT_EQ(plan.interleave, vector && (isa != Isa::avx512 || vnni512));
+    EXPECT_EQ(plan.groups8, vnni512);
+    EXPECT_EQ(plan.float_panels, vector);
+  }
+  const auto panels = random_weight_bytes(DType::q4_0, 32, 128, 1);
+  const auto groups = random_weight_bytes(DType::q4_0, 24, 128, 2);
+  for (const bool groups8 : {false, true}) {
+    hllm::ModelWeights weights;
+    weights.layers.resize(1);
+    weights.layers[0].wq = {DType::q4_0, panels.data(), 32, 128, "wq"};
+    weights.layers[0].wk = {DType::q4_0, groups.data(), 24, 128, "wk"};
+    hllm::repack_weights(weights, hllm::RepackPlan{.interleave = true, .groups8 = groups8}, false);
+    EXPECT_EQ(weights.layers[0].wq.type, DType::q4_0_x16);
+    EXPECT_EQ(weights.layers[0].wk.type, groups8 ? DType::q4_0_x8 : DType::q4_0);
+  }
+}
+
 TEST(Repack, QuantizedTypesTakeThePanelsWhereTheShapeAllows) {
   using hllm::DType;
   for (DType type : {DType::q4_0, DType::q8_0}) {
