@@ -1,6 +1,6 @@
 // hllm-bench: end-to-end prompt-processing and generation speed, in the spirit of llama-bench.
 //
-//   hllm-bench (-m FILE.gguf | --preset NAME --type TYPE) [-p 512] [-n 128] [-r 3] [-t N]
+//   hllm-bench (-m FILE.gguf | --preset NAME [--plain] --type TYPE) [-p 512] [-n 128] [-r 3] [-t N]
 //              [--isa scalar|avx2|avx_vnni|avx512] [--repack auto|never|always]
 //              [--kv-type f32|f16|bf16|q8_0|q4_0|fp8] [-o md|json] [--log-disable]
 //   hllm-bench --preset NAME --type TYPE --save FILE.gguf [--vocab VOCAB.gguf]
@@ -10,6 +10,9 @@
 // figure as a fraction of the bandwidth roofline (every weight byte is read once per token) and
 // each prompt figure as a fraction of the peak its weight type runs on (Q8_0/Q4_0: int8 dot
 // products; BF16: vdpbf16ps; the rest: FP32 FMA).
+//
+// --plain runs a preset's shape with its block variants (Qwen2's biases, Qwen3's QK-norm) off:
+// against the preset itself, what the variants cost.
 //
 // --save writes the synthetic model (preset + type) as a GGUF file that llama.cpp and
 // ik_llama.cpp load, with a synthetic SentencePiece vocabulary of the preset's size (or the
@@ -52,6 +55,7 @@ struct Options {
   std::string repack = "auto";
   hllm::KVType kv_type = hllm::KVType::f32;
   bool log_disable = false;
+  bool plain = false;
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) {
@@ -458,8 +462,7 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
   // ideal prefill time, each matrix's 2·rows·cols operations at the peak of its own type.
   double weight_bytes = 0, matmul_seconds = 0;
   for (const auto& layer : w.layers)
-    for (const hllm::WeightTensor* t : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.ffn.gate,
-                                        &layer.ffn.up, &layer.ffn.down}) {
+    for (const hllm::WeightTensor* t : layer.projections()) {
       weight_bytes += double(t->bytes());
       const Peak p = peak_for(t->type, peaks, session.isa());
       matmul_seconds += p.ops > 0 ? 2.0 * double(t->rows) * double(t->cols) / p.ops : 0.0;
@@ -592,6 +595,9 @@ int main(int argc, char** argv) {
   cli.choice("-o,--output", o.output, {"md", "json"}, "Output format");
   cli.flag("--log-disable", o.log_disable,
            "Print nothing on stderr but errors (no progress of the tests or the load)");
+  cli.flag("--plain", o.plain,
+           "With --preset: the same shape with every block variant (biases, QK-norm) off, as "
+           "llama: what the variants cost");
   cli.path("--save", o.save_path, "Write the synthetic model as GGUF and exit");
   cli.path("--vocab", o.vocab_path, "With --save: the tokenizer of this GGUF file");
   cli.parse(argc, argv);
@@ -599,11 +605,12 @@ int main(int argc, char** argv) {
     cli.fail("give exactly one of -m FILE or --preset NAME");
   if (!o.save_path.empty() && o.preset.empty()) cli.fail("--save needs --preset and --type");
   if (!o.vocab_path.empty() && o.save_path.empty()) cli.fail("--vocab only goes with --save");
+  if (o.plain && o.preset.empty()) cli.fail("--plain needs --preset");
   const hllm::DType type = hllm::examples::preset_type(cli, o.model_path, o.type);
 
   try {
     if (!o.save_path.empty()) {
-      const hllm::ModelConfig config = hllm::examples::synthetic_config(o.preset);
+      const hllm::ModelConfig config = hllm::examples::synthetic_config(o.preset, o.plain);
       hllm::Vocabulary vocab =
           o.vocab_path.empty()
               ? hllm::examples::synthetic_vocabulary(std::size_t(config.vocab_size))
@@ -622,7 +629,7 @@ int main(int argc, char** argv) {
                                                    : hllm::Repack::never;
     hllm::examples::BenchModel m = hllm::examples::load_bench_model(
         o.model_path, o.preset, type, o.isa.value_or(hllm::kernels::active().isa), mode,
-        !o.log_disable);
+        !o.log_disable, o.plain);
     run_benchmark(o, m.config, std::move(m.weights), m.name, m.type_name);
     return 0;
   } catch (const std::exception& e) {

@@ -81,10 +81,10 @@ void fill_q4_0(std::span<std::byte> out, float std_dev, std::uint64_t& state) {
 // filled one (norms F32 near 1, matrices Q4_0 with a 1/sqrt(fan_in) spread).
 void write_model(const std::string& path, const hllm::ModelConfig& config) {
   hllm::gguf::Writer out;
-  hllm::set_gguf_llama_metadata(out, config);
+  hllm::set_gguf_model_metadata(out, config);
   auto state = std::make_shared<std::uint64_t>(0x9E3779B97F4A7C15ull);
-  for (const hllm::TensorSpec& s : hllm::llama_tensor_specs(config)) {
-    if (s.is_norm) {
+  for (const hllm::TensorSpec& s : hllm::model_tensor_specs(config)) {
+    if (s.is_vector()) {
       out.add_tensor(s.name, hllm::DType::f32, {s.cols}, s.cols * 4, [](std::span<std::byte> b) {
         const float one = 1.0f;
         for (std::size_t i = 0; i < b.size(); i += 4) std::memcpy(b.data() + i, &one, 4);

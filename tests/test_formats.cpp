@@ -92,19 +92,6 @@ std::vector<float> values_of(const hllm::WeightTensor& w) {
   return out;
 }
 
-// The model's tensors in llama_tensor_specs() order.
-std::vector<const hllm::WeightTensor*> tensors_of(const hllm::ModelConfig& c,
-                                                  const hllm::ModelWeights& w) {
-  std::vector<const hllm::WeightTensor*> t{&w.token_embedding};
-  for (const auto& l : w.layers)
-    for (const hllm::WeightTensor* p : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm,
-                                        &l.ffn.gate, &l.ffn.up, &l.ffn.down})
-      t.push_back(p);
-  t.push_back(&w.output_norm);
-  if (!c.tied_embeddings) t.push_back(&w.output);
-  return t;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Hugging Face safetensors
 
@@ -130,8 +117,8 @@ TEST(HfModel, ShardedEqualsSingleFile) {
   const hllm::HfModel single = hllm::load_hf_model(kDir + "/hf");
   const hllm::HfModel sharded = hllm::load_hf_model(kDir + "/hf-sharded");
   EXPECT_GE(sharded.checkpoint->files().size(), 2u);
-  const auto a = tensors_of(single.config, single.weights);
-  const auto b = tensors_of(sharded.config, sharded.weights);
+  const auto a = hllm::model_tensors(single.config, single.weights);
+  const auto b = hllm::model_tensors(sharded.config, sharded.weights);
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i]->bytes(), b[i]->bytes()) << a[i]->name;
@@ -182,7 +169,7 @@ TEST(HfModel, NeoxInPlaceEqualsPermutedInterleavedGguf) {
   const auto tokens = golden_tokens(g);
   const auto neox = logits_of(hf.config, hf.weights, tokens);
 
-  const auto source = tensors_of(hf.config, hf.weights);
+  const auto source = hllm::model_tensors(hf.config, hf.weights);
   std::map<std::string, const hllm::WeightTensor*> by_name;
   for (const auto* t : source) by_name[t->name] = t;
   hllm::ModelConfig c = hf.config;

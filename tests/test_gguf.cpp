@@ -534,7 +534,7 @@ TEST(GgufWriter, RoundTripsMetadataTensorsAndLogits) {
   EXPECT_EQ(keys.back(), "test.empty");
 
   // Tensors: byte-identical to the weights they were written from.
-  const auto specs = hllm::llama_tensor_specs(config);
+  const auto specs = hllm::model_tensor_specs(config);
   ASSERT_EQ(f.tensors().size(), specs.size());
   const hllm::GgufModel loaded = hllm::load_gguf_model(std::make_shared<const gguf::File>(f));
   const auto same = [](const hllm::WeightTensor& a, const hllm::WeightTensor& b) {

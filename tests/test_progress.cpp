@@ -66,7 +66,7 @@ void expect_counts_up(const std::vector<Recorder::Call>& calls, std::size_t tota
 
 std::vector<std::string> spec_names(const hllm::ModelConfig& c) {
   std::vector<std::string> names;
-  for (const hllm::TensorSpec& s : hllm::llama_tensor_specs(c)) names.push_back(s.name);
+  for (const hllm::TensorSpec& s : hllm::model_tensor_specs(c)) names.push_back(s.name);
   return names;
 }
 
@@ -104,7 +104,7 @@ TEST(Progress, ConvertReportsEveryTensorOnce) {
     Recorder r;
     hllm::convert_model(m.config, m.weights, type, r.callback());
     EXPECT_EQ(r.of(stage).size(), r.calls.size());  // one stage
-    expect_counts_up(r.of(stage), hllm::llama_tensor_count(m.config), names);
+    expect_counts_up(r.of(stage), hllm::model_tensor_count(m.config), names);
   }
 }
 
@@ -126,7 +126,7 @@ TEST(Progress, LoadWithRepackReportsEveryMovedTensor) {
       file.path(),
       {.check_finite = true, .repack = hllm::Repack::always, .progress = r.callback()});
   // The finite check first, every tensor in the file's order; then the repack, every projection.
-  expect_counts_up(r.of("checking"), hllm::llama_tensor_count(m.config), spec_names(m.config));
+  expect_counts_up(r.of("checking"), hllm::model_tensor_count(m.config), spec_names(m.config));
   const std::vector<Recorder::Call> repacked = r.of("repacking");
   expect_counts_up(repacked, projections(m.config));
   EXPECT_EQ(r.calls.size(), r.of("checking").size() + repacked.size());

@@ -37,8 +37,7 @@ inline ModelWeights typed_weights(const ModelConfig& c, DType type, std::uint64_
     t = {type, bytes.back().data(), t.rows, t.cols, t.name};
   };
   for (LayerWeights& l : w.layers)
-    for (WeightTensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
-      convert(*t);
+    for (WeightTensor* t : l.projections()) convert(*t);
   convert(w.output);
   return w;
 }

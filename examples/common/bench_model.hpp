@@ -26,9 +26,9 @@ struct BenchModel {
 inline void model_source_options(cli::Parser& cli, std::string& path, std::string& preset,
                                  std::string& type) {
   cli.path("-m,--model", path, "Model file (or --preset)");
-  cli.text("--preset", preset,
-           "Random weights of a preset's shape: tinyllama-1.1b, llama-2-7b, llama-3-8b, "
-           "llama-3.2-1b, mistral-7b, tiny")
+  std::string names;
+  for (const std::string& name : presets::names()) names += name + ", ";
+  cli.text("--preset", preset, "Random weights of a preset's shape: " + names + "tiny")
       ->type_name("NAME");
   cli.text("--type", type, "Weight type of a preset (default f32)")
       ->type_name("f32|f16|bf16|q8_0|q4_0");
@@ -47,8 +47,9 @@ inline DType preset_type(cli::Parser& cli, const std::string& path, const std::s
 
 // path non-empty: the file; else the preset with weights of `type`. mode: as LoadOptions::repack
 // (automatic: the panels the kernels of run_isa read, and huge pages for a file's projections).
+// plain: the preset's Llama twin (synthetic_config).
 inline BenchModel load_bench_model(const std::string& path, const std::string& preset, DType type,
-                                   Isa run_isa, Repack mode, bool log) {
+                                   Isa run_isa, Repack mode, bool log, bool plain = false) {
   BenchModel m;
   const RepackPlan plan = repack_plan(mode, kernels::table_for(run_isa));
   if (!path.empty()) {
@@ -58,7 +59,7 @@ inline BenchModel load_bench_model(const std::string& path, const std::string& p
     repack_weights(m.weights, plan, loaded.file->is_mapped(), load_progress(log));
     m.name = path;
   } else {
-    m.config = synthetic_config(preset);
+    m.config = synthetic_config(preset, plain);
     m.weights = synthetic_weights(m.config, type, 1);
     // In memory, not a file mapping: the source stays (and so does its memory), so nothing is
     // moved just for huge pages.
@@ -67,7 +68,7 @@ inline BenchModel load_bench_model(const std::string& path, const std::string& p
                     .bf16_panels = plan.bf16_panels,
                     .float_panels = plan.float_panels},
                    false, load_progress(log));
-    m.name = preset + " (synthetic)";
+    m.name = preset + (plain ? " (synthetic, plain Llama twin)" : " (synthetic)");
   }
   m.type_name = dtype_name(file_type_of(m.weights.layers.at(0).wq.type));
   return m;

@@ -29,8 +29,10 @@
 
 namespace hllm::examples {
 
-inline ModelConfig synthetic_config(const std::string& name) {
-  if (name != "tiny") return presets::by_name(name);
+// plain: with every block variant off (presets::without_variants), the preset's Llama twin.
+inline ModelConfig synthetic_config(const std::string& name, bool plain = false) {
+  if (name != "tiny")
+    return plain ? presets::without_variants(presets::by_name(name)) : presets::by_name(name);
   ModelConfig c;
   c.name = "tiny";
   c.vocab_size = 512;
@@ -43,12 +45,12 @@ inline ModelConfig synthetic_config(const std::string& name) {
   return c;
 }
 
-// The type a tensor is stored as: norms stay float32.
+// The type a tensor is stored as: vectors (norms, biases) stay float32.
 inline DType synthetic_dtype(const TensorSpec& s, DType type) {
-  return s.is_norm ? DType::f32 : type;
+  return s.is_vector() ? DType::f32 : type;
 }
 
-// Tensor `index` of llama_tensor_specs(), in its stored type's GGUF layout.
+// Tensor `index` of model_tensor_specs(), in its stored type's GGUF layout.
 inline std::vector<std::byte> synthetic_tensor(const TensorSpec& s, std::size_t index, DType type,
                                                std::uint64_t seed) {
   std::vector<float> values(s.rows * s.cols);
@@ -58,19 +60,20 @@ inline std::vector<std::byte> synthetic_tensor(const TensorSpec& s, std::size_t 
   state = (state ^ (state >> 27)) * 0x94D049BB133111EBull;
   state = (state ^ (state >> 31)) | 1;
   const bool embedding = s.name == "token_embd.weight";
-  const float std_dev = s.is_norm ? 0.1f : (embedding ? 1.0f : 1.0f / std::sqrt(float(s.cols)));
+  const float std_dev = s.is_vector() ? 0.1f : (embedding ? 1.0f : 1.0f / std::sqrt(float(s.cols)));
+  const float mean = s.role == TensorRole::norm ? 1.0f : 0.0f;
   const float half_width = std_dev * std::sqrt(3.0f);  // uniform [-a, a] has std a/sqrt(3)
   for (float& v : values) {
     state ^= state >> 12, state ^= state << 25, state ^= state >> 27;  // xorshift64*
     const float unit = static_cast<float>((state * 0x2545F4914F6CDD1Dull) >> 40) * 0x1.0p-24f;
-    v = (s.is_norm ? 1.0f : 0.0f) + (2.0f * unit - 1.0f) * half_width;
+    v = mean + (2.0f * unit - 1.0f) * half_width;
   }
   return quant::quantize(synthetic_dtype(s, type), values);
 }
 
 inline ModelWeights synthetic_weights(const ModelConfig& config, DType type, std::uint64_t seed) {
   config.validate();
-  const auto specs = llama_tensor_specs(config);
+  const auto specs = model_tensor_specs(config);
   std::vector<std::vector<std::byte>> storage;
   std::vector<WeightTensor> tensors;
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -175,17 +178,17 @@ inline void save_synthetic_gguf(const std::string& path, const ModelConfig& conf
   }
 
   gguf::Writer out;
-  set_gguf_llama_metadata(out, gguf_rope_config(config));
+  set_gguf_model_metadata(out, gguf_rope_config(config));
   out.set("general.file_type", llama_file_type(type));
   if (type == DType::q8_0 || type == DType::q4_0)
     out.set("general.quantization_version", std::uint32_t{2});
   write_vocabulary(out, vocab);
-  const auto specs = llama_tensor_specs(config);
+  const auto specs = model_tensor_specs(config);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& s = specs[i];
     const DType stored = synthetic_dtype(s, type);
-    std::vector<std::uint64_t> dims{s.cols};  // norms are 1-D, as llama.cpp writes them
-    if (!s.is_norm) dims.push_back(s.rows);
+    std::vector<std::uint64_t> dims{s.cols};  // vectors are 1-D, as llama.cpp writes them
+    if (!s.is_vector()) dims.push_back(s.rows);
     const std::size_t bytes = WeightTensor{stored, nullptr, s.rows, s.cols, s.name}.bytes();
     out.add_tensor(
         s.name, stored, std::move(dims), bytes, [s, i, type, seed](std::span<std::byte> data) {

@@ -1,9 +1,10 @@
 #pragma once
 // Model conversion: re-encodes every weight of a model as another element type (f32, f16, bf16,
-// q8_0, q4_0) and, for checkpoints in the half-split (neox) RoPE layout, permutes the q/k rows
-// into the interleaved layout that GGUF `llama` files use, exactly as llama.cpp's
-// convert_hf_to_gguf.py does. The result owns its bytes and can be written with
-// save_gguf_model. Norm weights stay f32. `progress` (io/progress.hpp) hears of each tensor
+// q8_0, q4_0) and, where the model's RoPE layout is not the one its architecture's GGUF files
+// use (a Hugging Face Llama checkpoint is half-split, GGUF `llama` interleaved), permutes the q/k
+// rows (and q/k biases) into the file's layout, exactly as llama.cpp's convert_hf_to_gguf.py
+// does. The result owns its bytes and can be written with save_gguf_model. Vectors (norms,
+// biases) stay f32. `progress` (io/progress.hpp) hears of each tensor
 // converted, as stage "quantizing" for a block type (q8_0, q4_0) and "converting" otherwise.
 
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include "hllm/io/progress.hpp"
 #include "hllm/io/quantize.hpp"
 #include "hllm/kernels/reference.hpp"
+#include "hllm/model/architecture.hpp"
 #include "hllm/model/config.hpp"
 #include "hllm/model/weights.hpp"
 
@@ -44,13 +46,22 @@ inline ConvertedModel convert_model(const ModelConfig& config, const ModelWeight
   config.validate();
   validate_weights(config, weights);
   ConvertedModel out{config, {}};
-  const bool permute = config.rope.layout == RopeLayout::neox;
-  out.config.rope.layout = RopeLayout::interleaved;
+  const Architecture* arch = find_architecture(config.architecture);
+  if (arch == nullptr)
+    throw Error(ErrorKind::unsupported, "architecture '" + config.architecture +
+                                            "' has no GGUF form (" + supported_architectures() +
+                                            ")");
+  if (config.rope.layout != arch->gguf_rope && arch->gguf_rope != RopeLayout::interleaved)
+    throw Error(ErrorKind::unsupported, "GGUF " + config.architecture +
+                                            " files rotate half-split pairs; this model's q/k "
+                                            "rows are interleaved");
+  const bool permute = config.rope.layout != arch->gguf_rope;
+  out.config.rope.layout = arch->gguf_rope;
   const std::size_t head_dim = static_cast<std::size_t>(config.resolved_head_dim());
   const std::size_t rot_dims =
       config.rope.rot_dims != 0 ? static_cast<std::size_t>(config.rope.rot_dims) : head_dim;
 
-  const auto specs = llama_tensor_specs(config);
+  const auto specs = model_tensor_specs(config);
   DTypeInfo info{};
   const char* stage =
       dtype_info(type, info) && info.block_elements > 1 ? "quantizing" : "converting";
@@ -60,23 +71,23 @@ inline ConvertedModel convert_model(const ModelConfig& config, const ModelWeight
     std::vector<float> values(t.rows * t.cols);  // [rows][cols]
     const bool rotary = permute && (spec.name.find(".attn_q.") != std::string::npos ||
                                     spec.name.find(".attn_k.") != std::string::npos);
-    for (std::size_t r = 0; r < t.rows; ++r) {
-      const std::size_t source = rotary ? detail::neox_source_row(r, head_dim, rot_dims) : r;
-      reference::dequantize_row(t, source, values.data() + r * t.cols);
+    if (rotary && spec.role == TensorRole::bias) {  // [1][n_heads·head_dim]: permute elements
+      const float* bias = t.as<float>();
+      for (std::size_t i = 0; i < t.cols; ++i)
+        values[i] = bias[detail::neox_source_row(i, head_dim, rot_dims)];
+    } else {
+      for (std::size_t r = 0; r < t.rows; ++r) {
+        const std::size_t source = rotary ? detail::neox_source_row(r, head_dim, rot_dims) : r;
+        reference::dequantize_row(t, source, values.data() + r * t.cols);
+      }
     }
-    const DType stored = spec.is_norm ? DType::f32 : type;
+    const DType stored = spec.is_vector() ? DType::f32 : type;
     storage->push_back(quant::quantize(stored, values));
     converted.push_back({stored, storage->back().data(), t.rows, t.cols, spec.name});
     detail::report_progress(progress, stage, converted.size(), specs.size(), spec.name);
   };
-  std::size_t index = 0;
-  convert(weights.token_embedding, specs[index++]);
-  for (const auto& l : weights.layers)
-    for (const WeightTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm,
-                                  &l.ffn.gate, &l.ffn.up, &l.ffn.down})
-      convert(*t, specs[index++]);
-  convert(weights.output_norm, specs[index++]);
-  if (!config.tied_embeddings) convert(weights.output, specs[index++]);
+  const auto tensors = model_tensors(config, weights);
+  for (std::size_t i = 0; i < specs.size(); ++i) convert(*tensors[i], specs[i]);
   std::size_t next = 0;
   out.weights =
       assemble_weights(out.config, [&](const TensorSpec&) { return converted.at(next++); });

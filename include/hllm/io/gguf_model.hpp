@@ -1,8 +1,8 @@
 #pragma once
-// Llama models in GGUF files: load_gguf_model() reads the `llama.*` metadata into a ModelConfig
-// and wraps the tensors as WeightTensors that point into the mapped file (no copies; the
-// gguf::File stays alive through ModelWeights::storage). save_gguf_model() writes the inverse,
-// in the layout llama.cpp reads.
+// Models in GGUF files: load_gguf_model() reads the `<arch>.*` metadata of any architecture of
+// model/architecture.hpp (llama, qwen2, qwen3) into a ModelConfig and wraps the tensors as
+// WeightTensors that point into the mapped file (no copies; the gguf::File stays alive through
+// ModelWeights::storage). save_gguf_model() writes the inverse, in the layout llama.cpp reads.
 
 #include <algorithm>
 #include <cstddef>
@@ -24,6 +24,7 @@
 #include "hllm/io/gguf_writer.hpp"
 #include "hllm/io/load_options.hpp"
 #include "hllm/io/progress.hpp"
+#include "hllm/model/architecture.hpp"
 #include "hllm/model/config.hpp"
 #include "hllm/model/finite_check.hpp"
 #include "hllm/model/repack.hpp"
@@ -59,81 +60,101 @@ inline std::int64_t gguf_layers_present(const gguf::File& f) {
   return layers;
 }
 
-// The GGUF key a ModelConfig field is read from, so that a validation error names what is in
-// the file.
+// The GGUF key (without the architecture prefix) a ModelConfig field is read from, so that a
+// validation error names what is in the file.
 inline std::string gguf_key_of_config_field(const std::string& field) {
   static const std::pair<const char*, const char*> kKeys[] = {
-      {"vocab_size", "llama.vocab_size"},
-      {"dim", "llama.embedding_length"},
-      {"n_layers", "llama.block_count"},
-      {"n_heads", "llama.attention.head_count"},
-      {"n_kv_heads", "llama.attention.head_count_kv"},
-      {"ffn_dim", "llama.feed_forward_length"},
-      {"context_length", "llama.context_length"},
-      {"head_dim", "llama.attention.key_length"},
-      {"rms_eps", "llama.attention.layer_norm_rms_epsilon"},
-      {"sliding_window", "llama.attention.sliding_window"}};
+      {"vocab_size", "vocab_size"},
+      {"dim", "embedding_length"},
+      {"n_layers", "block_count"},
+      {"n_heads", "attention.head_count"},
+      {"n_kv_heads", "attention.head_count_kv"},
+      {"ffn_dim", "feed_forward_length"},
+      {"context_length", "context_length"},
+      {"head_dim", "attention.key_length"},
+      {"rms_eps", "attention.layer_norm_rms_epsilon"},
+      {"sliding_window", "attention.sliding_window"}};
   for (const auto& [ours, key] : kKeys)
     if (field == ours) return key;
   return field;
 }
 
-inline ModelConfig gguf_llama_config(const gguf::File& f) {
+// The family a file declares, or an error naming the ones hllm reads.
+inline const Architecture& gguf_architecture(const gguf::File& f) {
   const std::string arch = f.get_string("general.architecture");
-  if (arch != "llama")
-    throw Error(ErrorKind::unsupported, "architecture '" + arch + "' is not supported (only llama)",
+  const Architecture* a = find_architecture(arch);
+  if (a == nullptr)
+    throw Error(ErrorKind::unsupported,
+                "architecture '" + arch + "' is not supported (" + supported_architectures() + ")",
                 f.path(), "general.architecture");
+  return *a;
+}
+
+// Whether layer 0 holds tensor `suffix` (blk.0.<suffix>), for an optional part; required parts
+// are checked as tensors when the weights are assembled.
+inline bool gguf_layers_have(const gguf::File& f, Presence presence, const char* suffix) {
+  if (presence != Presence::optional) return presence == Presence::always;
+  return f.find_tensor(std::string("blk.0.") + suffix) != nullptr;
+}
+
+inline ModelConfig gguf_model_config(const gguf::File& f) {
+  const Architecture& arch = gguf_architecture(f);
+  const std::string prefix = std::string(arch.gguf) + ".";
+  const auto key = [&](const char* name) { return prefix + name; };
   ModelConfig c;
-  c.name = f.get_string_or("general.name", "llama");
-  c.dim = f.get_int("llama.embedding_length");
-  c.n_layers = f.get_int("llama.block_count");
-  c.ffn_dim = f.get_int("llama.feed_forward_length");
-  c.n_heads = f.get_int("llama.attention.head_count");
-  c.n_kv_heads = f.get_int_or("llama.attention.head_count_kv", c.n_heads);
-  c.context_length = f.get_int("llama.context_length");
-  c.rms_eps = static_cast<float>(f.get_float("llama.attention.layer_norm_rms_epsilon"));
-  if (f.has("llama.attention.key_length")) {
-    c.head_dim = f.get_int("llama.attention.key_length");
-    const std::int64_t value_length = f.get_int_or("llama.attention.value_length", c.head_dim);
+  c.architecture = arch.gguf;
+  c.name = f.get_string_or("general.name", arch.gguf);
+  c.dim = f.get_int(key("embedding_length"));
+  c.n_layers = f.get_int(key("block_count"));
+  c.ffn_dim = f.get_int(key("feed_forward_length"));
+  c.n_heads = f.get_int(key("attention.head_count"));
+  c.n_kv_heads = f.get_int_or(key("attention.head_count_kv"), c.n_heads);
+  c.context_length = f.get_int(key("context_length"));
+  c.rms_eps = static_cast<float>(f.get_float(key("attention.layer_norm_rms_epsilon")));
+  if (f.has(key("attention.key_length"))) {
+    c.head_dim = f.get_int(key("attention.key_length"));
+    const std::int64_t value_length = f.get_int_or(key("attention.value_length"), c.head_dim);
     if (value_length != c.head_dim)
       throw Error(ErrorKind::unsupported, "key_length != value_length is not supported", f.path(),
-                  "llama.attention.value_length");
+                  key("attention.value_length"));
   }
-  c.sliding_window = f.get_int_or("llama.attention.sliding_window", 0);
+  c.sliding_window = f.get_int_or(key("attention.sliding_window"), 0);
+  c.qkv_bias = gguf_layers_have(f, arch.qkv_bias, "attn_q.bias");
+  c.qk_norm = arch.qk_norm;
 
   // Vocabulary: the explicit key, else the embedding's row count, else the tokenizer's size.
-  if (f.has("llama.vocab_size")) {
-    c.vocab_size = f.get_int("llama.vocab_size");
+  if (f.has(key("vocab_size"))) {
+    c.vocab_size = f.get_int(key("vocab_size"));
   } else if (const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
              embd != nullptr && embd->dims.size() >= 2) {
     c.vocab_size = static_cast<std::int64_t>(embd->dims[1]);
   } else if (f.has("tokenizer.ggml.tokens")) {
     c.vocab_size = static_cast<std::int64_t>(f.array_size("tokenizer.ggml.tokens"));
   } else {
-    throw Error(ErrorKind::format, "cannot tell the vocabulary size", f.path(), "llama.vocab_size");
+    throw Error(ErrorKind::format, "cannot tell the vocabulary size", f.path(), key("vocab_size"));
   }
 
-  // GGUF llama tensors are stored for the interleaved (2i, 2i+1) rotation: the converter
-  // permutes Hugging Face's q/k weights so that this holds.
+  // GGUF llama tensors are stored for the interleaved (2i, 2i+1) rotation (the converter
+  // permutes Hugging Face's q/k weights so that this holds); qwen2/qwen3 keep the half-split rows.
   RopeConfig& rope = c.rope;
-  rope.layout = RopeLayout::interleaved;
-  rope.theta = static_cast<float>(f.get_float_or("llama.rope.freq_base", 10000.0));
-  rope.rot_dims = f.get_int_or("llama.rope.dimension_count", 0);
-  const std::string scaling = f.get_string_or("llama.rope.scaling.type",
-                                              f.has("llama.rope.scale_linear") ? "linear" : "none");
-  const double factor = f.has("llama.rope.scaling.factor")
-                            ? f.get_float("llama.rope.scaling.factor")
-                            : f.get_float_or("llama.rope.scale_linear", 1.0);
+  rope.layout = arch.gguf_rope;
+  rope.theta = static_cast<float>(f.get_float_or(key("rope.freq_base"), 10000.0));
+  rope.rot_dims = f.get_int_or(key("rope.dimension_count"), 0);
+  const std::string scaling = f.get_string_or(key("rope.scaling.type"),
+                                              f.has(key("rope.scale_linear")) ? "linear" : "none");
+  const double factor = f.has(key("rope.scaling.factor"))
+                            ? f.get_float(key("rope.scaling.factor"))
+                            : f.get_float_or(key("rope.scale_linear"), 1.0);
   if (scaling == "linear") {
     rope.scaling.type = RopeScalingType::linear;
   } else if (scaling == "yarn") {
     rope.scaling.type = RopeScalingType::yarn;
-    rope.scaling.original_context = f.get_int("llama.rope.scaling.original_context_length");
+    rope.scaling.original_context = f.get_int(key("rope.scaling.original_context_length"));
     rope.scaling.attention_factor =
-        static_cast<float>(f.get_float_or("llama.rope.scaling.attn_factor", 0.0));
+        static_cast<float>(f.get_float_or(key("rope.scaling.attn_factor"), 0.0));
   } else if (scaling != "none") {
     throw Error(ErrorKind::unsupported, "RoPE scaling type '" + scaling + "' is not supported",
-                f.path(), "llama.rope.scaling.type");
+                f.path(), key("rope.scaling.type"));
   }
   rope.scaling.factor = static_cast<float>(factor);
   if (rope.scaling.type == RopeScalingType::linear && factor == 1.0)
@@ -150,7 +171,7 @@ inline ModelConfig gguf_llama_config(const gguf::File& f) {
     c.validate();
   } catch (const Error& e) {
     throw Error(ErrorKind::format, "inconsistent model metadata: " + e.message(), f.path(),
-                gguf_key_of_config_field(e.field()));
+                prefix + gguf_key_of_config_field(e.field()));
   }
   // The explicit vocabulary size against the embedding. The token array tells which of the two
   // lies: when it agrees with the key, the embedding's shape check names the tensor; otherwise
@@ -160,13 +181,13 @@ inline ModelConfig gguf_llama_config(const gguf::File& f) {
            f.array_size("tokenizer.ggml.tokens") == static_cast<std::size_t>(n);
   };
   if (const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
-      f.has("llama.vocab_size") && embd != nullptr && embd->dims.size() == 2 &&
+      f.has(key("vocab_size")) && embd != nullptr && embd->dims.size() == 2 &&
       embd->dims[1] != static_cast<std::uint64_t>(c.vocab_size) &&
       !agrees_with_tokens(c.vocab_size))
     throw Error(ErrorKind::format,
-                "llama.vocab_size is " + std::to_string(c.vocab_size) +
+                key("vocab_size") + " is " + std::to_string(c.vocab_size) +
                     " but token_embd.weight has " + std::to_string(embd->dims[1]) + " rows",
-                f.path(), "llama.vocab_size");
+                f.path(), key("vocab_size"));
   return c;
 }
 
@@ -180,13 +201,20 @@ inline WeightTensor gguf_weight(const gguf::File& f, const TensorSpec& spec,
     const std::int64_t layer = gguf_layer_of(spec.name), present = gguf_layers_present(f);
     std::string message = "missing tensor";
     if (layer >= present)
-      message += ": llama.block_count is " + std::to_string(f.get_int("llama.block_count")) +
+      message += ": " + f.get_string("general.architecture") + ".block_count is " +
+                 std::to_string(f.get_int(f.get_string("general.architecture") + ".block_count")) +
                  " but the file holds tensors of " + std::to_string(present) + " layers";
     throw Error(ErrorKind::format, message, f.path(), spec.name);
   }
   // GGUF dims are [cols, rows, 1, ...]: ne0 is the innermost (contiguous) dimension.
   std::uint64_t rows = 1;
   for (std::size_t d = 1; d < t->dims.size(); ++d) rows *= t->dims[d];
+  if (spec.is_vector() && t->dims.size() != 1)
+    throw Error(ErrorKind::format,
+                "a " + std::string(spec.role == TensorRole::norm ? "norm" : "bias") +
+                    " must be 1-D, the tensor has " + std::to_string(t->dims.size()) +
+                    " dimensions",
+                f.path(), spec.name);
   if (t->dims[0] != spec.cols || rows != spec.rows) {
     std::string shape;
     for (std::size_t d = 0; d < t->dims.size(); ++d)
@@ -218,13 +246,13 @@ inline void check_no_unused_tensors(const gguf::File& f, const ModelConfig& c,
     const std::int64_t layer = gguf_layer_of(t.name);
     if (layer >= c.n_layers)
       throw Error(ErrorKind::format,
-                  "tensor of layer " + std::to_string(layer) + " but llama.block_count is " +
-                      std::to_string(c.n_layers) + ": the file holds " +
+                  "tensor of layer " + std::to_string(layer) + " but " + c.architecture +
+                      ".block_count is " + std::to_string(c.n_layers) + ": the file holds " +
                       std::to_string(gguf_layers_present(f)) + " layers",
                   f.path(), t.name);
     throw Error(ErrorKind::format,
-                "tensor is not part of a llama model (" + std::to_string(c.n_layers) +
-                    " layers); is the file of another architecture?",
+                "tensor is not part of a " + c.architecture + " model (" +
+                    std::to_string(c.n_layers) + " layers); is the file of another architecture?",
                 f.path(), t.name);
   }
 }
@@ -235,10 +263,10 @@ inline void check_no_unused_tensors(const gguf::File& f, const ModelConfig& c,
 inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file,
                                  const LoadOptions& options = {}) {
   GgufModel m;
-  m.config = detail::gguf_llama_config(*file);
+  m.config = detail::gguf_model_config(*file);
   // (rope_freqs.weight needs no option: RoPE always refuses non-finite factors.)
-  std::set<std::string, std::less<>> used{"rope_freqs.weight"};  // read by gguf_llama_config
-  const std::size_t tensors = llama_tensor_count(m.config);
+  std::set<std::string, std::less<>> used{"rope_freqs.weight"};  // read by gguf_model_config
+  const std::size_t tensors = model_tensor_count(m.config);
   std::size_t checked = 0;
   m.weights = assemble_weights(m.config, [&](const TensorSpec& spec) {
     WeightTensor w = detail::gguf_weight(*file, spec, options);
@@ -260,52 +288,62 @@ inline GgufModel load_gguf_model(const std::string& path, const LoadOptions& opt
   return load_gguf_model(std::make_shared<const gguf::File>(gguf::File::open(path)), options);
 }
 
-// Adds the config to `out` as `llama.*` metadata (plus the rope_freqs.weight tensor when the
+// Adds the config to `out` as `<arch>.*` metadata (plus the rope_freqs.weight tensor when the
 // config has frequency factors): everything of a model file except its weights, which the
-// caller adds in llama_tensor_specs() order (gguf_model_writer does; a writer of a large
-// synthetic model may add them as lazily filled tensors instead).
-inline void set_gguf_llama_metadata(gguf::Writer& out, const ModelConfig& c) {
+// caller adds in model_tensor_specs() order (gguf_model_writer does; a writer of a large
+// synthetic model may add them as lazily filled tensors instead). Throws unsupported when the
+// config has a variant its architecture's files cannot say (biases in a qwen3 file, ...).
+inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   c.validate();
-  if (c.rope.layout != RopeLayout::interleaved)
+  const Architecture* arch = find_architecture(c.architecture);
+  if (arch == nullptr)
+    throw Error(ErrorKind::unsupported, "architecture '" + c.architecture + "' has no GGUF form (" +
+                                            supported_architectures() + ")");
+  if (c.rope.layout != arch->gguf_rope)
     throw Error(ErrorKind::unsupported,
-                "GGUF llama models use the interleaved RoPE layout; permute the q/k weights first");
-  out.set("general.architecture", "llama");
+                "GGUF " + c.architecture + " models use the " +
+                    (arch->gguf_rope == RopeLayout::interleaved ? "interleaved" : "half-split") +
+                    " RoPE layout; convert_model permutes the q/k weights");
+  if ((arch->qkv_bias == Presence::always && !c.qkv_bias) ||
+      (arch->qkv_bias == Presence::never && c.qkv_bias) || arch->qk_norm != c.qk_norm)
+    throw Error(ErrorKind::unsupported,
+                "GGUF " + c.architecture + " models cannot hold this config's biases or QK-norm");
+  const std::string p = std::string(arch->gguf) + ".";
+  const auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
+  out.set("general.architecture", arch->gguf);
   out.set("general.name", c.name);
-  out.set("llama.vocab_size", static_cast<std::uint32_t>(c.vocab_size));
-  out.set("llama.context_length", static_cast<std::uint32_t>(c.context_length));
-  out.set("llama.embedding_length", static_cast<std::uint32_t>(c.dim));
-  out.set("llama.block_count", static_cast<std::uint32_t>(c.n_layers));
-  out.set("llama.feed_forward_length", static_cast<std::uint32_t>(c.ffn_dim));
-  out.set("llama.attention.head_count", static_cast<std::uint32_t>(c.n_heads));
-  out.set("llama.attention.head_count_kv", static_cast<std::uint32_t>(c.n_kv_heads));
+  out.set(p + "vocab_size", u32(c.vocab_size));
+  out.set(p + "context_length", u32(c.context_length));
+  out.set(p + "embedding_length", u32(c.dim));
+  out.set(p + "block_count", u32(c.n_layers));
+  out.set(p + "feed_forward_length", u32(c.ffn_dim));
+  out.set(p + "attention.head_count", u32(c.n_heads));
+  out.set(p + "attention.head_count_kv", u32(c.n_kv_heads));
   if (c.head_dim != 0 && c.head_dim * c.n_heads != c.dim) {
-    out.set("llama.attention.key_length", static_cast<std::uint32_t>(c.head_dim));
-    out.set("llama.attention.value_length", static_cast<std::uint32_t>(c.head_dim));
+    out.set(p + "attention.key_length", u32(c.head_dim));
+    out.set(p + "attention.value_length", u32(c.head_dim));
   }
-  out.set("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
-  if (c.sliding_window > 0)
-    out.set("llama.attention.sliding_window", static_cast<std::uint32_t>(c.sliding_window));
-  out.set("llama.rope.freq_base", c.rope.theta);
-  out.set(
-      "llama.rope.dimension_count",
-      static_cast<std::uint32_t>(c.rope.rot_dims != 0 ? c.rope.rot_dims : c.resolved_head_dim()));
+  out.set(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  if (c.sliding_window > 0) out.set(p + "attention.sliding_window", u32(c.sliding_window));
+  out.set(p + "rope.freq_base", c.rope.theta);
+  out.set(p + "rope.dimension_count",
+          u32(c.rope.rot_dims != 0 ? c.rope.rot_dims : c.resolved_head_dim()));
   const RopeScaling& s = c.rope.scaling;
   switch (s.type) {
     case RopeScalingType::none: break;
     case RopeScalingType::linear:
-      out.set("llama.rope.scaling.type", "linear");
-      out.set("llama.rope.scaling.factor", s.factor);
+      out.set(p + "rope.scaling.type", "linear");
+      out.set(p + "rope.scaling.factor", s.factor);
       break;
     case RopeScalingType::yarn:
-      out.set("llama.rope.scaling.type", "yarn");
-      out.set("llama.rope.scaling.factor", s.factor);
-      out.set("llama.rope.scaling.original_context_length",
-              static_cast<std::uint32_t>(s.original_context));
-      if (s.attention_factor > 0.0f) out.set("llama.rope.scaling.attn_factor", s.attention_factor);
+      out.set(p + "rope.scaling.type", "yarn");
+      out.set(p + "rope.scaling.factor", s.factor);
+      out.set(p + "rope.scaling.original_context_length", u32(s.original_context));
+      if (s.attention_factor > 0.0f) out.set(p + "rope.scaling.attn_factor", s.attention_factor);
       break;
     default:
       throw Error(ErrorKind::unsupported, std::string("RoPE scaling '") + to_string(s.type) +
-                                              "' has no GGUF llama encoding here");
+                                              "' has no GGUF encoding here");
   }
   if (!c.rope.freq_factors.empty()) {
     std::vector<std::byte> bytes(c.rope.freq_factors.size() * sizeof(float));  // [rot_dims/2] f32
@@ -347,7 +385,7 @@ inline void copy_missing_metadata(const gguf::File& from, gguf::Writer& to) {
   }
 }
 
-// A writer holding the config as `llama.*` metadata, general.file_type (and, for a quantized
+// A writer holding the config as `<arch>.*` metadata, general.file_type (and, for a quantized
 // model, general.quantization_version 2, ggml's current block layouts) and every weight tensor
 // (borrowed: the weights must stay alive until the writer has written). Add tokenizer keys
 // before writing.
@@ -355,24 +393,18 @@ inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& 
   c.validate();
   validate_weights(c, w);
   gguf::Writer out;
-  set_gguf_llama_metadata(out, c);
+  set_gguf_model_metadata(out, c);
   const DType projections = w.layers.empty() ? w.token_embedding.type : w.layers[0].wq.type;
   if (const int file_type = gguf_file_type(projections); file_type >= 0)
     out.set("general.file_type", static_cast<std::uint32_t>(file_type));
   if (DTypeInfo info{}; dtype_info(projections, info) && info.block_elements > 1)
     out.set("general.quantization_version", std::uint32_t{2});
-  const auto specs = llama_tensor_specs(c);
-  std::vector<const WeightTensor*> tensors{&w.token_embedding};
-  for (const auto& l : w.layers)
-    for (const WeightTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm,
-                                  &l.ffn.gate, &l.ffn.up, &l.ffn.down})
-      tensors.push_back(t);
-  tensors.push_back(&w.output_norm);
-  if (!c.tied_embeddings) tensors.push_back(&w.output);
+  const auto specs = model_tensor_specs(c);
+  const auto tensors = model_tensors(c, w);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const WeightTensor& t = *tensors[i];
-    std::vector<std::uint64_t> dims{t.cols};  // norms are 1-D, as llama.cpp writes them
-    if (!specs[i].is_norm) dims.push_back(t.rows);
+    std::vector<std::uint64_t> dims{t.cols};  // vectors are 1-D, as llama.cpp writes them
+    if (!specs[i].is_vector()) dims.push_back(t.rows);
     out.add_tensor(specs[i].name, t.type, std::move(dims),
                    std::span(static_cast<const std::byte*>(t.data), t.bytes()));
   }

@@ -110,6 +110,11 @@ class Writer {
     return false;
   }
 
+  // Drops key `key` (an editor of a file's metadata); whether it was set.
+  bool remove(std::string_view key) {
+    return std::erase_if(kvs_, [&](const Kv& kv) { return kv.key == key; }) != 0;
+  }
+
   // Sets general.alignment (a power of two) used to place the tensor data.
   void set_alignment(std::size_t alignment) {
     if (alignment == 0 || alignment > (std::size_t{1} << 30) || !std::has_single_bit(alignment))
@@ -142,6 +147,11 @@ class Writer {
     check_tensor(name, type, dims, size);
     if (!fill) throw Error(ErrorKind::invalid_argument, "no fill function", {}, std::string(name));
     tensors_.push_back({std::string(name), type, std::move(dims), {}, {}, size, std::move(fill)});
+  }
+
+  // Drops tensor `name`; whether it was added.
+  bool remove_tensor(std::string_view name) {
+    return std::erase_if(tensors_, [&](const Tensor& t) { return t.name == name; }) != 0;
   }
 
   std::vector<std::byte> to_bytes() const {

@@ -1,17 +1,19 @@
 #pragma once
-// Hugging Face Llama/Mistral checkpoints: config.json + safetensors (one file or shards).
-// load_hf_model() reads the config into a ModelConfig and maps the HF tensor names onto the
-// model's tensors, using the mapped data in place.
+// Hugging Face checkpoints of the families of model/architecture.hpp (Llama, Mistral, Qwen2,
+// Qwen3): config.json + safetensors (one file or shards). load_hf_model() reads the config into
+// a ModelConfig and maps the HF tensor names onto the model's tensors, using the mapped data in
+// place.
 //
-// RoPE layout: HF's LlamaAttention rotates the pairs (i, i + head_dim/2) of each head
+// RoPE layout: HF's attention (every family here) rotates the pairs (i, i + head_dim/2) of each
+// head
 // ("rotate_half"), so its q/k weights are used as they are with RopeLayout::neox. (llama.cpp's
 // converter instead permutes the q/k rows so that the interleaved (2i, 2i+1) rotation gives the
 // same result; tests/test_formats.cpp proves the two agree.) No permutation, no copy.
 //
-// Norm weights must be f32 for the model; a checkpoint that stores them in f16/bf16 has just
-// those small vectors converted into an owned buffer. Tensors whose data is not aligned for its
-// element type (legal in safetensors, unusual in practice) are copied to aligned memory too, so
-// typed reads never see a misaligned pointer.
+// Norm weights and biases must be f32 for the model; a checkpoint that stores them in f16/bf16
+// has just those small vectors converted into an owned buffer. Tensors whose data is not aligned
+// for its element type (legal in safetensors, unusual in practice) are copied to aligned memory
+// too, so typed reads never see a misaligned pointer.
 
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +37,7 @@
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/io/load_options.hpp"
 #include "hllm/io/safetensors.hpp"
+#include "hllm/model/architecture.hpp"
 #include "hllm/model/config.hpp"
 #include "hllm/model/finite_check.hpp"
 #include "hllm/model/weights.hpp"
@@ -158,26 +161,38 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   if (!j.contains("architectures") || !j.at("architectures").is_array())
     r.fail(ErrorKind::format, "missing 'architectures' array", "architectures");
   std::string archs;
-  bool supported = false;
+  const Architecture* arch = nullptr;
   for (const auto& a : j.at("architectures")) {
     if (!a.is_string()) r.fail(ErrorKind::format, "expected strings", "architectures");
     const std::string name = a.get<std::string>();
     archs += (archs.empty() ? "" : ", ") + name;
-    supported = supported || name == "LlamaForCausalLM" || name == "MistralForCausalLM";
+    if (arch == nullptr) arch = find_hf_architecture(name);
   }
-  if (!supported)
+  if (arch == nullptr)
     r.fail(ErrorKind::unsupported,
-           "architecture [" + archs + "] is not supported (LlamaForCausalLM, MistralForCausalLM)",
+           "architecture [" + archs + "] is not supported (" + supported_architectures(true) + ")",
            "architectures");
   if (j.contains("hidden_act") && j.at("hidden_act") != "silu")
     r.fail(ErrorKind::unsupported, "activation " + j.at("hidden_act").dump() + " (only silu)",
            "hidden_act");
+  // Llama's and Qwen3's attention_bias puts a bias on the output projection too, which no
+  // block here has; Qwen2's q/k/v biases are not a config key but part of the class.
   if (r.boolean_or("attention_bias", false))
-    r.fail(ErrorKind::unsupported, "attention biases are not supported", "attention_bias");
+    r.fail(ErrorKind::unsupported, "attention biases with an output bias are not supported",
+           "attention_bias");
   if (r.boolean_or("mlp_bias", false))
     r.fail(ErrorKind::unsupported, "MLP biases are not supported", "mlp_bias");
+  // Qwen2/Qwen3 carry a sliding_window that applies only when use_sliding_window is true (and
+  // then to layers past max_window_layers); llama.cpp ignores it, and so does a false flag.
+  const bool window_flagged = r.has("use_sliding_window");
+  if (r.boolean_or("use_sliding_window", false))
+    r.fail(ErrorKind::unsupported, "per-layer sliding windows are not supported",
+           "use_sliding_window");
 
   ModelConfig c;
+  c.architecture = arch->gguf;
+  c.qkv_bias = arch->qkv_bias == Presence::always;
+  c.qk_norm = arch->qk_norm;
   if (j.contains("model_type") && j.at("model_type").is_string())
     c.name = j.at("model_type").get<std::string>();
   c.dim = r.integer("hidden_size");
@@ -193,7 +208,7 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
     c.head_dim = r.integer("head_dim");
     if (c.n_heads > 0 && c.head_dim * c.n_heads == c.dim) c.head_dim = 0;  // the default
   }
-  c.sliding_window = r.integer_or("sliding_window", 0);  // Mistral; null: none
+  c.sliding_window = window_flagged ? 0 : r.integer_or("sliding_window", 0);  // Mistral; null: none
 
   // HF's rotate_half pairs (i, i + head_dim/2): the neox layout, weights as stored.
   c.rope.layout = RopeLayout::neox;
@@ -214,24 +229,17 @@ namespace detail {
 
 // The Hugging Face name of a model tensor (a GGUF-named TensorSpec), derived per tensor so that
 // nothing is built per layer before the tensors are looked up.
-inline std::string hf_tensor_name(const TensorSpec& spec) {
+inline std::string hf_tensor_name(const std::vector<LayerTensor>& layer_tensors,
+                                  const TensorSpec& spec) {
   if (spec.name == "token_embd.weight") return "model.embed_tokens.weight";
   if (spec.name == "output_norm.weight") return "model.norm.weight";
   if (spec.name == "output.weight") return "lm_head.weight";
-  static const std::pair<std::string_view, std::string_view> kLayerNames[] = {
-      {"attn_norm", "input_layernorm"},    {"attn_q", "self_attn.q_proj"},
-      {"attn_k", "self_attn.k_proj"},      {"attn_v", "self_attn.v_proj"},
-      {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
-      {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"}};
-  // blk.<layer>.<name>.weight
+  // blk.<layer>.<gguf name>
   const std::size_t layer_end = spec.name.find('.', 4);
   const std::string_view layer = std::string_view(spec.name).substr(4, layer_end - 4);
-  const std::string_view name =
-      std::string_view(spec.name).substr(layer_end + 1, spec.name.rfind('.') - layer_end - 1);
-  for (const auto& [ours, theirs] : kLayerNames)
-    if (name == ours)
-      return "model.layers." + std::string(layer) + "." + std::string(theirs) + ".weight";
+  const std::string_view name = std::string_view(spec.name).substr(layer_end + 1);
+  for (const LayerTensor& t : layer_tensors)
+    if (name == t.gguf) return "model.layers." + std::string(layer) + "." + t.hf;
   throw Error(ErrorKind::internal, "no Hugging Face name for tensor " + spec.name);
 }
 
@@ -249,15 +257,15 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
     throw Error(ErrorKind::format, "missing tensor (needed for " + spec.name + ")",
                 ckpt.files().empty() ? std::string() : ckpt.files().front()->path(), hf_name);
   const safetensors::TensorInfo& t = *e->tensor;
-  // Norms are 1-D [dim]; matrices 2-D [rows, cols] (PyTorch's [out_features, in_features]).
-  const bool shape_ok =
-      spec.is_norm ? (t.shape.size() == 1 && t.shape[0] == spec.cols)
-                   : (t.shape.size() == 2 && t.shape[0] == spec.rows && t.shape[1] == spec.cols);
+  // Vectors are 1-D [n]; matrices 2-D [rows, cols] (PyTorch's [out_features, in_features]).
+  const bool shape_ok = spec.is_vector() ? (t.shape.size() == 1 && t.shape[0] == spec.cols)
+                                         : (t.shape.size() == 2 && t.shape[0] == spec.rows &&
+                                            t.shape[1] == spec.cols);
   if (!shape_ok) {
     std::string shape;
     for (std::size_t d = 0; d < t.shape.size(); ++d)
       shape += (d ? ", " : "") + std::to_string(t.shape[d]);
-    const std::string want = spec.is_norm
+    const std::string want = spec.is_vector()
                                  ? std::to_string(spec.cols)
                                  : std::to_string(spec.rows) + ", " + std::to_string(spec.cols);
     throw Error(ErrorKind::format,
@@ -270,7 +278,7 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
   const std::size_t n = static_cast<std::size_t>(t.elements());
   const std::size_t element = t.type == DType::f32 ? 4 : 2;
   const bool aligned = reinterpret_cast<std::uintptr_t>(t.data) % element == 0;
-  if (spec.is_norm && t.type != DType::f32) {
+  if (spec.is_vector() && t.type != DType::f32) {
     AlignedBuffer<std::byte> buf(n * 4);  // [dim] f32
     for (std::size_t i = 0; i < n; ++i) {
       std::uint16_t bits = 0;
@@ -311,7 +319,8 @@ inline void check_no_unused_layer_tensors(const safetensors::Checkpoint& ckpt,
                 layer >= config.n_layers
                     ? "tensor of layer " + std::to_string(layer) + " but config.json's " +
                           "num_hidden_layers is " + std::to_string(config.n_layers)
-                    : std::string("layer tensor that a Llama decoder layer does not have"),
+                    : "layer tensor that a " + config.architecture +
+                          " decoder layer of this config does not have",
                 e.file->path(), name, e.tensor->file_offset);
   }
 }
@@ -329,8 +338,9 @@ inline HfModel load_hf_model(const ModelConfig& config,
   // (Views into owned buffers survive the vector growing: a moved AlignedBuffer keeps its
   // allocation.)
   std::set<std::string, std::less<>> used;
+  const std::vector<LayerTensor> layer_tensors = hllm::layer_tensors(config);
   m.weights = assemble_weights(config, [&](const TensorSpec& spec) {
-    std::string name = detail::hf_tensor_name(spec);
+    std::string name = detail::hf_tensor_name(layer_tensors, spec);
     WeightTensor w = detail::hf_weight(*checkpoint, name, spec, *storage, options);
     used.insert(std::move(name));
     return w;

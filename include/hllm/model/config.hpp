@@ -1,6 +1,8 @@
 #pragma once
 // ModelConfig: every dimension and option of a Llama-family model, as runtime values (a GGUF
-// file fills one in), plus validation that names what is wrong.
+// file fills one in), plus validation that names what is wrong. The block variants of other
+// families (biases, QK-norm, ...) are runtime fields too: a block pays for a variant only when
+// its config turns it on.
 
 #include <cstdint>
 #include <string>
@@ -11,7 +13,9 @@
 namespace hllm {
 
 struct ModelConfig {
-  std::string name = "llama";
+  std::string name = "llama";          // general.name: what the model calls itself
+  std::string architecture = "llama";  // the GGUF architecture files of it declare
+                                       // (model/architecture.hpp)
   std::int64_t vocab_size = 0;
   std::int64_t dim = 0;  // embedding / residual width
   std::int64_t n_layers = 0;
@@ -24,6 +28,8 @@ struct ModelConfig {
   RopeConfig rope;
   std::int64_t sliding_window = 0;  // 0: none (Mistral 7B v0.1: 4096)
   bool tied_embeddings = false;     // output projection = token embedding
+  bool qkv_bias = false;            // q, k and v projections add a bias (Qwen2)
+  bool qk_norm = false;             // RMSNorm over each head of q and of k before RoPE (Qwen3)
 
   std::int64_t resolved_head_dim() const {
     return head_dim != 0 ? head_dim : (n_heads > 0 ? dim / n_heads : 0);

@@ -2,6 +2,9 @@
 // One pre-norm Llama decoder block:
 //   h   = x + Wo · Attention(RoPE(Wq·n), RoPE(Wk·n), Wv·n),   n = RMSNorm(x)
 //   out = h + SwiGLU(RMSNorm(h))
+// with the variants other families add, each a runtime field of ModelConfig: biases on the
+// q/k/v projections (Qwen2: Wq·n + bq, ...) and QK-norm (Qwen3: RoPE(RMSNorm_head(Wq·n)), the
+// norm over each head's head_dim values, one weight vector shared by the heads).
 // The block owns no activations: the session's scratch holds them, so one block (and one model)
 // serves any number of sequences at once.
 
@@ -54,6 +57,8 @@ class LlamaBlock {
         dim_(static_cast<std::size_t>(config.dim)),
         n_heads_(static_cast<std::size_t>(config.n_heads)),
         n_kv_heads_(static_cast<std::size_t>(config.n_kv_heads)),
+        qkv_bias_(config.qkv_bias),
+        qk_norm_(config.qk_norm),
         norm_(config.rms_eps),
         attention_({static_cast<std::size_t>(config.n_heads),
                     static_cast<std::size_t>(config.n_kv_heads),
@@ -61,8 +66,7 @@ class LlamaBlock {
                     static_cast<std::size_t>(config.sliding_window)}) {
     if constexpr (!std::is_same_v<typename Spec::weight_type, AnyWeight>) {
       constexpr DType want = WeightTensor::dtype_of<typename Spec::weight_type>();
-      for (const WeightTensor* t : {&weights.wq, &weights.wk, &weights.wv, &weights.wo,
-                                    &weights.ffn.gate, &weights.ffn.up, &weights.ffn.down})
+      for (const WeightTensor* t : weights.projections())
         if (t->type != want)
           throw Error(ErrorKind::unsupported,
                       "tensor is " + dtype_name(t->type) + " but this model type holds " +
@@ -96,6 +100,19 @@ class LlamaBlock {
       float* q = s.q.data() + t * q_width;
       float* k = s.k.data() + t * kv_width;
       float* v = s.v.data() + t * kv_width;
+      if (qkv_bias_) {
+        add_into(q, weights_.bq.as<float>(), q_width);
+        add_into(k, weights_.bk.as<float>(), kv_width);
+        add_into(v, weights_.bv.as<float>(), kv_width);
+      }
+      if (qk_norm_) {
+        norm_.forward(matrix_view<const float>(q, n_heads_(), head_dim),
+                      weights_.q_norm.as<float>(), matrix_view(q, n_heads_(), head_dim),
+                      compute.kernels());
+        norm_.forward(matrix_view<const float>(k, n_kv_heads_(), head_dim),
+                      weights_.k_norm.as<float>(), matrix_view(k, n_kv_heads_(), head_dim),
+                      compute.kernels());
+      }
       rope.apply(q, n_heads_(), cos + t * half_rot, sin + t * half_rot, compute.kernels());
       rope.apply(k, n_kv_heads_(), cos + t * half_rot, sin + t * half_rot, compute.kernels());
       if (rotation.active()) {
@@ -143,6 +160,7 @@ class LlamaBlock {
   [[no_unique_address]] Size<Spec::dim> dim_;
   [[no_unique_address]] Size<Spec::n_heads> n_heads_;
   [[no_unique_address]] Size<Spec::n_kv_heads> n_kv_heads_;
+  bool qkv_bias_, qk_norm_;
   RMSNorm norm_;
   Attention attention_;
 };

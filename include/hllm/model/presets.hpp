@@ -73,9 +73,49 @@ struct Mistral_7B : ModelSpec<W, KV, 4096, 32, 32, 8, 128, 14336, 32000> {
   }
 };
 
+// Qwen2.5-0.5B: q/k/v biases, tied embeddings, half-split RoPE rows as its GGUF files hold them.
+template <class W = AnyWeight, class KV = float>
+struct Qwen2_5_0_5B : ModelSpec<W, KV, 896, 24, 14, 2, 64, 4864, 151936> {
+  static ModelConfig config() {
+    ModelConfig c = detail::make("qwen2.5-0.5b", 151936, 896, 24, 14, 2, 4864, 32768, 1e6f);
+    c.architecture = "qwen2";
+    c.rms_eps = 1e-6f;
+    c.tied_embeddings = true;
+    c.qkv_bias = true;
+    c.rope.layout = RopeLayout::neox;
+    return c;
+  }
+};
+
+// Qwen3-0.6B: QK-norm, head_dim 128 wider than dim / heads (64), tied embeddings.
+template <class W = AnyWeight, class KV = float>
+struct Qwen3_0_6B : ModelSpec<W, KV, 1024, 28, 16, 8, 128, 3072, 151936> {
+  static ModelConfig config() {
+    ModelConfig c = detail::make("qwen3-0.6b", 151936, 1024, 28, 16, 8, 3072, 40960, 1e6f);
+    c.architecture = "qwen3";
+    c.head_dim = 128;
+    c.rms_eps = 1e-6f;
+    c.tied_embeddings = true;
+    c.qk_norm = true;
+    c.rope.layout = RopeLayout::neox;
+    return c;
+  }
+};
+
+// The same shape with every block variant off: the plain Llama twin of a config, which tells
+// what the variants cost (hllm-bench --plain).
+inline ModelConfig without_variants(ModelConfig c) {
+  c.architecture = "llama";
+  c.qkv_bias = false;
+  c.qk_norm = false;
+  c.rope.layout = RopeLayout::interleaved;
+  return c;
+}
+
 // Runtime lookup by name (as the benchmark's --preset flag spells them).
 inline std::vector<std::string> names() {
-  return {"tinyllama-1.1b", "llama-2-7b", "llama-3-8b", "llama-3.2-1b", "mistral-7b"};
+  return {"tinyllama-1.1b", "llama-2-7b",   "llama-3-8b", "llama-3.2-1b",
+          "mistral-7b",     "qwen2.5-0.5b", "qwen3-0.6b"};
 }
 
 inline ModelConfig by_name(std::string_view name) {
@@ -84,6 +124,8 @@ inline ModelConfig by_name(std::string_view name) {
   if (name == "llama-3-8b") return Llama3_8B<>::config();
   if (name == "llama-3.2-1b") return Llama3_2_1B<>::config();
   if (name == "mistral-7b") return Mistral_7B<>::config();
+  if (name == "qwen2.5-0.5b") return Qwen2_5_0_5B<>::config();
+  if (name == "qwen3-0.6b") return Qwen3_0_6B<>::config();
   std::string known;
   for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(ErrorKind::invalid_argument,

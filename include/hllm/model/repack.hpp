@@ -204,9 +204,7 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
     if (!w.empty() && (to != w.type || plan.move_all)) targets.push_back({&w, to});
   };
   for (LayerWeights& layer : weights.layers)
-    for (WeightTensor* w : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.ffn.gate,
-                            &layer.ffn.up, &layer.ffn.down})
-      consider(*w, true);
+    for (WeightTensor* w : layer.projections()) consider(*w, true);
   const DType output = weights.output.type;
   consider(weights.output, is_at_most_6_bit(output) || output == DType::bf16 ||
                                output == DType::f32 || output == DType::f16);

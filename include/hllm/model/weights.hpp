@@ -3,6 +3,7 @@
 // file, or the single buffer that build_weights() fills. `storage` keeps that memory alive for
 // as long as any model uses the views. Tensor names follow GGUF (`blk.N.attn_q.weight`).
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -29,9 +30,22 @@ struct LayerWeights {
   WeightTensor wq;         // [n_heads*head_dim][dim]
   WeightTensor wk;         // [n_kv_heads*head_dim][dim]
   WeightTensor wv;         // [n_kv_heads*head_dim][dim]
+  WeightTensor bq;         // [1][n_heads*head_dim], f32; empty unless config.qkv_bias
+  WeightTensor bk;         // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
+  WeightTensor bv;         // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
+  WeightTensor q_norm;     // [1][head_dim], f32; empty unless config.qk_norm
+  WeightTensor k_norm;     // [1][head_dim], f32; empty unless config.qk_norm
   WeightTensor wo;         // [dim][n_heads*head_dim]
   WeightTensor ffn_norm;   // [1][dim], f32
   FeedForwardWeights ffn;  // gate, up: [ffn_dim][dim]; down: [dim][ffn_dim]
+
+  // The seven projection matrices, the tensors kernels read (and load-time repacking reorders).
+  std::array<WeightTensor*, 7> projections() {
+    return {&wq, &wk, &wv, &wo, &ffn.gate, &ffn.up, &ffn.down};
+  }
+  std::array<const WeightTensor*, 7> projections() const {
+    return {&wq, &wk, &wv, &wo, &ffn.gate, &ffn.up, &ffn.down};
+  }
 };
 
 struct ModelWeights {
@@ -44,81 +58,139 @@ struct ModelWeights {
   std::shared_ptr<const void> repacked_storage;
 };
 
-// The tensors a Llama model has, with GGUF names and shapes [rows][cols].
+// What a tensor is to the model: a matrix (stored in any weight type) or a vector (a norm's
+// weight or a bias: 1-D in files, always float32 in memory).
+enum class TensorRole { matrix, norm, bias };
+
+// A tensor a model has, with its GGUF name and shape [rows][cols] (a vector: [1][n]).
 struct TensorSpec {
   std::string name;
   std::size_t rows, cols;
-  bool is_norm;  // norm weights are always stored as f32
+  TensorRole role = TensorRole::matrix;
+  bool is_vector() const noexcept { return role != TensorRole::matrix; }
 };
 
-// How many tensors a model of this config has: embedding, 9 per layer, final norm, output.
-inline std::size_t llama_tensor_count(const ModelConfig& c) {
-  return 1 + 9 * static_cast<std::size_t>(c.n_layers) + 1 + (c.tied_embeddings ? 0 : 1);
-}
+// One tensor of a decoder layer, declared once: its GGUF name inside the layer
+// (blk.N.<gguf>), its Hugging Face name inside the layer (model.layers.N.<hf>), its role and
+// shape, and where it lives in LayerWeights. Every loader, writer and converter walks this list.
+struct LayerTensor {
+  const char* gguf;
+  const char* hf;
+  TensorRole role;
+  std::size_t rows, cols;
+  WeightTensor& (*in)(LayerWeights&);
+  const WeightTensor& of(const LayerWeights& l) const { return in(const_cast<LayerWeights&>(l)); }
+};
 
-// The index-th tensor of llama_tensor_specs(), computed on its own: loaders look tensors up one
-// at a time, so a corrupt layer count of millions fails at the first missing tensor instead of
-// first building millions of names (2 GB for a block_count of 16 million).
-inline TensorSpec llama_tensor_spec(const ModelConfig& c, std::size_t index) {
+// The tensors of one decoder layer of this config, in the order files hold them.
+inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
+  using R = TensorRole;
+  using L = LayerWeights;
   const auto dim = static_cast<std::size_t>(c.dim), q = static_cast<std::size_t>(c.q_dim()),
              kv = static_cast<std::size_t>(c.kv_dim()), ffn = static_cast<std::size_t>(c.ffn_dim),
-             vocab = static_cast<std::size_t>(c.vocab_size);
-  const std::size_t layer_tensors = 9 * static_cast<std::size_t>(c.n_layers);
-  if (index == 0) return {"token_embd.weight", vocab, dim, false};
-  if (index == layer_tensors + 1) return {"output_norm.weight", 1, dim, true};
-  if (index == layer_tensors + 2 && !c.tied_embeddings) return {"output.weight", vocab, dim, false};
-  if (index > layer_tensors)
-    throw Error(ErrorKind::internal, "tensor index " + std::to_string(index) + " past the model");
-  const std::size_t layer = (index - 1) / 9;
-  const std::string p = "blk." + std::to_string(layer) + ".";
-  switch ((index - 1) % 9) {
-    case 0: return {p + "attn_norm.weight", 1, dim, true};
-    case 1: return {p + "attn_q.weight", q, dim, false};
-    case 2: return {p + "attn_k.weight", kv, dim, false};
-    case 3: return {p + "attn_v.weight", kv, dim, false};
-    case 4: return {p + "attn_output.weight", dim, q, false};
-    case 5: return {p + "ffn_norm.weight", 1, dim, true};
-    case 6: return {p + "ffn_gate.weight", ffn, dim, false};
-    case 7: return {p + "ffn_up.weight", ffn, dim, false};
-    default: return {p + "ffn_down.weight", dim, ffn, false};
+             head = static_cast<std::size_t>(c.resolved_head_dim());
+  std::vector<LayerTensor> t;
+  t.push_back({"attn_norm.weight", "input_layernorm.weight", R::norm, 1, dim,
+               [](L& l) -> WeightTensor& { return l.attn_norm; }});
+  t.push_back({"attn_q.weight", "self_attn.q_proj.weight", R::matrix, q, dim,
+               [](L& l) -> WeightTensor& { return l.wq; }});
+  t.push_back({"attn_k.weight", "self_attn.k_proj.weight", R::matrix, kv, dim,
+               [](L& l) -> WeightTensor& { return l.wk; }});
+  t.push_back({"attn_v.weight", "self_attn.v_proj.weight", R::matrix, kv, dim,
+               [](L& l) -> WeightTensor& { return l.wv; }});
+  if (c.qkv_bias) {
+    t.push_back({"attn_q.bias", "self_attn.q_proj.bias", R::bias, 1, q,
+                 [](L& l) -> WeightTensor& { return l.bq; }});
+    t.push_back({"attn_k.bias", "self_attn.k_proj.bias", R::bias, 1, kv,
+                 [](L& l) -> WeightTensor& { return l.bk; }});
+    t.push_back({"attn_v.bias", "self_attn.v_proj.bias", R::bias, 1, kv,
+                 [](L& l) -> WeightTensor& { return l.bv; }});
   }
+  if (c.qk_norm) {
+    t.push_back({"attn_q_norm.weight", "self_attn.q_norm.weight", R::norm, 1, head,
+                 [](L& l) -> WeightTensor& { return l.q_norm; }});
+    t.push_back({"attn_k_norm.weight", "self_attn.k_norm.weight", R::norm, 1, head,
+                 [](L& l) -> WeightTensor& { return l.k_norm; }});
+  }
+  t.push_back({"attn_output.weight", "self_attn.o_proj.weight", R::matrix, dim, q,
+               [](L& l) -> WeightTensor& { return l.wo; }});
+  t.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
+               [](L& l) -> WeightTensor& { return l.ffn_norm; }});
+  t.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", R::matrix, ffn, dim,
+               [](L& l) -> WeightTensor& { return l.ffn.gate; }});
+  t.push_back({"ffn_up.weight", "mlp.up_proj.weight", R::matrix, ffn, dim,
+               [](L& l) -> WeightTensor& { return l.ffn.up; }});
+  t.push_back({"ffn_down.weight", "mlp.down_proj.weight", R::matrix, dim, ffn,
+               [](L& l) -> WeightTensor& { return l.ffn.down; }});
+  return t;
 }
 
-// Every tensor a Llama model has, with GGUF names and shapes [rows][cols], in file order. (For
-// models whose weights exist; loaders use llama_tensor_spec one at a time.)
-inline std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c) {
+// How many tensors a model of this config has: embedding, the layers', final norm, output.
+inline std::size_t model_tensor_count(const ModelConfig& c) {
+  return 1 + layer_tensors(c).size() * static_cast<std::size_t>(c.n_layers) + 1 +
+         (c.tied_embeddings ? 0 : 1);
+}
+
+// The spec of a layer's tensor: blk.<layer>.<gguf name>.
+inline TensorSpec layer_tensor_spec(const LayerTensor& t, std::size_t layer) {
+  return {"blk." + std::to_string(layer) + "." + t.gguf, t.rows, t.cols, t.role};
+}
+
+// The index-th tensor of model_tensor_specs(), computed on its own: loaders look tensors up one
+// at a time, so a corrupt layer count of millions fails at the first missing tensor instead of
+// first building millions of names (2 GB for a block_count of 16 million).
+inline TensorSpec model_tensor_spec(const ModelConfig& c, std::size_t index) {
+  const auto dim = static_cast<std::size_t>(c.dim), vocab = static_cast<std::size_t>(c.vocab_size);
+  const std::vector<LayerTensor> layer = layer_tensors(c);
+  const std::size_t layers_total = layer.size() * static_cast<std::size_t>(c.n_layers);
+  if (index == 0) return {"token_embd.weight", vocab, dim};
+  if (index == layers_total + 1) return {"output_norm.weight", 1, dim, TensorRole::norm};
+  if (index == layers_total + 2 && !c.tied_embeddings) return {"output.weight", vocab, dim};
+  if (index > layers_total)
+    throw Error(ErrorKind::internal, "tensor index " + std::to_string(index) + " past the model");
+  return layer_tensor_spec(layer[(index - 1) % layer.size()], (index - 1) / layer.size());
+}
+
+// Every tensor a model has, with GGUF names and shapes [rows][cols], in file order. (For
+// models whose weights exist; loaders use model_tensor_spec one at a time.)
+inline std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
   std::vector<TensorSpec> specs;
-  for (std::size_t i = 0; i < llama_tensor_count(c); ++i) specs.push_back(llama_tensor_spec(c, i));
+  for (std::size_t i = 0; i < model_tensor_count(c); ++i) specs.push_back(model_tensor_spec(c, i));
   return specs;
+}
+
+// The model's tensors in model_tensor_specs() order.
+inline std::vector<const WeightTensor*> model_tensors(const ModelConfig& c, const ModelWeights& w) {
+  const std::vector<LayerTensor> layer = layer_tensors(c);
+  std::vector<const WeightTensor*> tensors{&w.token_embedding};
+  for (const LayerWeights& l : w.layers)
+    for (const LayerTensor& t : layer) tensors.push_back(&t.of(l));
+  tensors.push_back(&w.output_norm);
+  if (!c.tied_embeddings) tensors.push_back(&w.output);
+  return tensors;
 }
 
 // Assigns the tensors, found by name through `lookup`, to their places in a ModelWeights.
 inline ModelWeights assemble_weights(const ModelConfig& c,
                                      const std::function<WeightTensor(const TensorSpec&)>& lookup) {
   ModelWeights w;
-  auto next = [&, i = std::size_t{0}]() mutable { return lookup(llama_tensor_spec(c, i++)); };
-  w.token_embedding = next();
+  w.token_embedding = lookup(model_tensor_spec(c, 0));
   // Layers are appended as their tensors are found (not sized up front), so a corrupt layer
   // count costs nothing before the first missing tensor stops it.
+  const std::vector<LayerTensor> layer = layer_tensors(c);
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
-    LayerWeights& layer = w.layers.emplace_back();
-    layer.attn_norm = next();
-    layer.wq = next();
-    layer.wk = next();
-    layer.wv = next();
-    layer.wo = next();
-    layer.ffn_norm = next();
-    layer.ffn.gate = next();
-    layer.ffn.up = next();
-    layer.ffn.down = next();
+    LayerWeights& weights = w.layers.emplace_back();
+    for (const LayerTensor& t : layer)
+      t.in(weights) = lookup(layer_tensor_spec(t, static_cast<std::size_t>(l)));
   }
-  w.output_norm = next();
-  if (!c.tied_embeddings) w.output = next();
+  const std::size_t after_layers = 1 + layer.size() * static_cast<std::size_t>(c.n_layers);
+  w.output_norm = lookup(model_tensor_spec(c, after_layers));
+  if (!c.tied_embeddings) w.output = lookup(model_tensor_spec(c, after_layers + 1));
   return w;
 }
 
 // Builds weights in one owning buffer: `fill(spec, values)` writes each tensor's float values
-// ([rows][cols]), which are then stored as `type` (norms stay f32).
+// ([rows][cols]), which are then stored as `type` (vectors stay f32).
 inline ModelWeights build_weights(
     const ModelConfig& config, DType type,
     const std::function<void(const TensorSpec&, std::span<float>)>& fill) {
@@ -126,10 +198,10 @@ inline ModelWeights build_weights(
   if (type != DType::f32 && type != DType::f16 && type != DType::bf16)
     throw Error(ErrorKind::unsupported,
                 "build_weights stores f32, f16 or bf16, not " + dtype_name(type));
-  const auto specs = llama_tensor_specs(config);
+  const auto specs = model_tensor_specs(config);
   const std::size_t element_bytes = type == DType::f32 ? 4 : 2;
   auto bytes_of = [&](const TensorSpec& s) {
-    const std::size_t raw = s.rows * s.cols * (s.is_norm ? 4 : element_bytes);
+    const std::size_t raw = s.rows * s.cols * (s.is_vector() ? 4 : element_bytes);
     return (raw + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
   };
   std::size_t total = 0;
@@ -143,7 +215,7 @@ inline ModelWeights build_weights(
     values.assign(s.rows * s.cols, 0.0f);
     fill(s, values);
     std::byte* dst = buffer->data() + offset;
-    const DType stored = s.is_norm ? DType::f32 : type;
+    const DType stored = s.is_vector() ? DType::f32 : type;
     for (std::size_t i = 0; i < values.size(); ++i) {
       switch (stored) {
         case DType::f32: std::memcpy(dst + 4 * i, &values[i], 4); break;
@@ -168,14 +240,17 @@ inline ModelWeights build_weights(
 }
 
 // Random weights for tests and synthetic benchmarks, scaled as a trained model's are: norms
-// 1 + N(0, 0.1²), projections N(0, 1/fan_in), embedding N(0, 1), so activations stay O(1).
+// 1 + N(0, 0.1²), biases N(0, 0.1²), projections N(0, 1/fan_in), embedding N(0, 1), so
+// activations stay O(1).
 inline ModelWeights random_weights(const ModelConfig& config, DType type, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   return build_weights(config, type, [&](const TensorSpec& s, std::span<float> values) {
     const bool embedding = s.name == "token_embd.weight";
-    const float std_dev = s.is_norm ? 0.1f : (embedding ? 1.0f : 1.0f / std::sqrt(float(s.cols)));
-    for (float& v : values) v = (s.is_norm ? 1.0f : 0.0f) + std_dev * normal(rng);
+    const float std_dev =
+        s.is_vector() ? 0.1f : (embedding ? 1.0f : 1.0f / std::sqrt(float(s.cols)));
+    const float mean = s.role == TensorRole::norm ? 1.0f : 0.0f;
+    for (float& v : values) v = mean + std_dev * normal(rng);
   });
 }
 
@@ -185,11 +260,11 @@ inline void validate_weights(const ModelConfig& config, const ModelWeights& weig
     throw Error(ErrorKind::format, "model has " + std::to_string(weights.layers.size()) +
                                        " layers of weights, config says " +
                                        std::to_string(config.n_layers));
-  const auto specs = llama_tensor_specs(config);
-  std::size_t index = 0;
-  const ModelWeights& w = weights;
-  auto check = [&](const WeightTensor& t) {
-    const TensorSpec& s = specs.at(index++);
+  const auto specs = model_tensor_specs(config);
+  const auto tensors = model_tensors(config, weights);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& s = specs[i];
+    const WeightTensor& t = *tensors[i];
     if (t.empty()) throw Error(ErrorKind::format, "missing tensor", {}, s.name);
     if (t.rows != s.rows || t.cols != s.cols)
       throw Error(ErrorKind::format,
@@ -197,18 +272,12 @@ inline void validate_weights(const ModelConfig& config, const ModelWeights& weig
                       "] disagrees with the config, which implies [" + std::to_string(s.rows) +
                       "][" + std::to_string(s.cols) + "]",
                   {}, s.name);
-    if (s.is_norm && t.type != DType::f32)
-      throw Error(ErrorKind::unsupported, "norm weights must be F32, got " + dtype_name(t.type), {},
-                  s.name);
-  };
-  check(w.token_embedding);
-  for (const auto& l : w.layers) {
-    for (const WeightTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm,
-                                  &l.ffn.gate, &l.ffn.up, &l.ffn.down})
-      check(*t);
+    if (s.is_vector() && t.type != DType::f32)
+      throw Error(ErrorKind::unsupported,
+                  std::string(s.role == TensorRole::norm ? "norm" : "bias") +
+                      " weights must be F32, got " + dtype_name(t.type),
+                  {}, s.name);
   }
-  check(w.output_norm);
-  if (!config.tied_embeddings) check(w.output);
 }
 
 }  // namespace hllm
