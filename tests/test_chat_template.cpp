@@ -21,6 +21,7 @@
 #include "hllm/io/gguf_reader.hpp"
 #include "hllm/tokenizer/tokenizer.hpp"
 #include "hllm/tokenizer/vocabulary_gguf.hpp"
+#include "test_util.hpp"
 
 namespace hllm {
 // Readable failure messages for segment comparisons (found by argument-dependent lookup).
@@ -84,16 +85,7 @@ std::string render(ChatFormat f, std::size_t n, bool gen) {
   return hllm::render_chat(f, std::span(kConversation).first(n), gen);
 }
 
-template <class F>
-hllm::Error catch_error(F&& f) {
-  try {
-    f();
-  } catch (const hllm::Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no exception";
-  return hllm::Error(hllm::ErrorKind::internal, "none");
-}
+using hllm::test::catch_error;
 
 TEST(ChatTemplate, DetectsEachFamilyFromItsJinja) {
   EXPECT_EQ(hllm::detect_chat_format(kLlama2Jinja), ChatFormat::llama2);

@@ -18,6 +18,7 @@
 #include "hllm/io/hf_model.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/session.hpp"
+#include "model_logits.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -33,24 +34,10 @@ std::vector<std::int32_t> golden_tokens(const GoldenFile& g) {
   return tokens;
 }
 
-// The model's logits of every token, by one prefill and by one decode per token, on each ISA
-// this CPU has, against the reference.
 void expect_logits_match(const hllm::ModelConfig& config, hllm::ModelWeights weights,
                          const GoldenFile& g) {
   const hllm::Llama<> model(config, std::move(weights));
-  const auto tokens = golden_tokens(g);
-  for (hllm::Isa isa : hllm::test::supported_isas()) {
-    SCOPED_TRACE(hllm::to_string(isa));
-    hllm::Session<> prefill(model, {.threads = 2, .isa = isa});
-    EXPECT_TRUE(all_close(prefill.prefill(tokens, hllm::Logits::all), g["logits"]));
-    hllm::Session<> decode(model, {.threads = 2, .isa = isa});
-    std::vector<float> decoded;
-    for (std::int32_t t : tokens) {
-      const auto logits = decode.decode(t);
-      decoded.insert(decoded.end(), logits.begin(), logits.end());
-    }
-    EXPECT_TRUE(all_close(decoded, g["logits"]));
-  }
+  hllm::test::expect_prefill_and_decode_logits(model, golden_tokens(g), g["logits"]);
 }
 
 struct Family {
@@ -60,25 +47,30 @@ struct Family {
 
 void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
 
-class FamilyCheckpoint : public ::testing::TestWithParam<Family> {};
+// What a loaded config must say of the family.
+void expect_family(const hllm::ModelConfig& c, const Family& f) {
+  EXPECT_EQ(c.architecture, f.name);
+  EXPECT_EQ(c.qkv_bias, f.qkv_bias);
+  EXPECT_EQ(c.qk_norm, f.qk_norm);
+  EXPECT_EQ(c.tied_embeddings, f.tied);
+  EXPECT_EQ(c.rope.layout, hllm::RopeLayout::neox);  // HF's rows, and qwen files keep them
+}
+
+class FamilyCheckpoint : public ::testing::TestWithParam<Family> {
+ protected:
+  const Family f = GetParam();
+  const GoldenFile g{std::string("families/") + f.name + "/logits.bin"};
+};
 
 TEST_P(FamilyCheckpoint, SafetensorsLogitsMatchTheReference) {
-  const Family f = GetParam();
-  const GoldenFile g(std::string("families/") + f.name + "/logits.bin");
   hllm::HfModel hf = hllm::load_hf_model(kFamilies + f.name);
-  EXPECT_EQ(hf.config.architecture, f.name);
-  EXPECT_EQ(hf.config.qkv_bias, f.qkv_bias);
-  EXPECT_EQ(hf.config.qk_norm, f.qk_norm);
-  EXPECT_EQ(hf.config.tied_embeddings, f.tied);
-  EXPECT_EQ(hf.config.rope.layout, hllm::RopeLayout::neox);
+  expect_family(hf.config, f);
   expect_logits_match(hf.config, std::move(hf.weights), g);
 }
 
 // Converted as hllm-convert does, written by our GGUF writer, read back: the file holds the
 // family's keys and tensors, and its logits are the reference's.
 TEST_P(FamilyCheckpoint, GgufConversionLogitsMatchTheReference) {
-  const Family f = GetParam();
-  const GoldenFile g(std::string("families/") + f.name + "/logits.bin");
   const hllm::HfModel hf = hllm::load_hf_model(kFamilies + f.name);
   const hllm::ConvertedModel converted =
       hllm::convert_model(hf.config, hf.weights, hllm::DType::f32);
@@ -94,10 +86,7 @@ TEST_P(FamilyCheckpoint, GgufConversionLogitsMatchTheReference) {
   EXPECT_EQ(file.find_tensor("output.weight") == nullptr, f.tied);
 
   hllm::GgufModel gguf = hllm::load_gguf_model(tmp / "model.gguf");
-  EXPECT_EQ(gguf.config.architecture, f.name);
-  EXPECT_EQ(gguf.config.rope.layout, hllm::RopeLayout::neox);  // qwen files keep HF's rows
-  EXPECT_EQ(gguf.config.qkv_bias, f.qkv_bias);
-  EXPECT_EQ(gguf.config.qk_norm, f.qk_norm);
+  expect_family(gguf.config, f);
   expect_logits_match(gguf.config, std::move(gguf.weights), g);
 }
 
@@ -105,21 +94,14 @@ TEST_P(FamilyCheckpoint, GgufConversionLogitsMatchTheReference) {
 // (tools/convert_families_llamacpp.py): hllm reads the keys, tensor names and row order that
 // users' files have, and gives the reference's logits.
 TEST_P(FamilyCheckpoint, LlamaCppConvertedGgufLogitsMatchTheReference) {
-  const Family f = GetParam();
-  const GoldenFile g(std::string("families/") + f.name + "/logits.bin");
   hllm::GgufModel gguf = hllm::load_gguf_model(kFamilies + f.name + "/llamacpp-f32.gguf");
-  EXPECT_EQ(gguf.config.architecture, f.name);
-  EXPECT_EQ(gguf.config.qkv_bias, f.qkv_bias);
-  EXPECT_EQ(gguf.config.qk_norm, f.qk_norm);
-  EXPECT_EQ(gguf.config.tied_embeddings, f.tied);
+  expect_family(gguf.config, f);
   expect_logits_match(gguf.config, std::move(gguf.weights), g);
 }
 
 // Quantized, the variants still run on every ISA's integer kernels: Q8_0 logits stay close to
 // the reference (the bound is loose; the exact figures are the fixtures' business).
 TEST_P(FamilyCheckpoint, Q8_0ConversionStaysClose) {
-  const Family f = GetParam();
-  const GoldenFile g(std::string("families/") + f.name + "/logits.bin");
   const hllm::HfModel hf = hllm::load_hf_model(kFamilies + f.name);
   hllm::ConvertedModel q8 = hllm::convert_model(hf.config, hf.weights, hllm::DType::q8_0);
   const hllm::Llama<> model(q8.config, std::move(q8.weights));
@@ -148,22 +130,13 @@ std::string qwen2_gguf_with(const hllm::test::TempDir& tmp,
   return path;
 }
 
-template <class F>
-hllm::Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const hllm::Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no hllm::Error thrown";
-  return hllm::Error(hllm::ErrorKind::internal, "none");
-}
+using hllm::test::catch_error;
 
 TEST(FamilyGguf, MissingBiasIsNamed) {
   hllm::test::TempDir tmp;
   const std::string path =
       qwen2_gguf_with(tmp, [](hllm::gguf::Writer& w) { w.remove_tensor("blk.1.attn_v.bias"); });
-  const hllm::Error e = error_of([&] { hllm::load_gguf_model(path); });
+  const hllm::Error e = catch_error([&] { hllm::load_gguf_model(path); });
   EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
   EXPECT_EQ(e.field(), "blk.1.attn_v.bias");
   EXPECT_EQ(e.file(), path);
@@ -176,7 +149,7 @@ TEST(FamilyGguf, MisshapenBiasIsNamedWithTheExpectedShape) {
     w.add_tensor("blk.0.attn_q.bias", hllm::DType::f32, {63},
                  std::vector<std::byte>(63 * sizeof(float)));
   });
-  const hllm::Error e = error_of([&] { hllm::load_gguf_model(path); });
+  const hllm::Error e = catch_error([&] { hllm::load_gguf_model(path); });
   EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
   EXPECT_EQ(e.field(), "blk.0.attn_q.bias");
   EXPECT_NE(e.message().find("[64, 1]"), std::string::npos) << e.message();
@@ -186,7 +159,7 @@ TEST(FamilyGguf, KeysAreReadUnderTheArchitecturesPrefix) {
   hllm::test::TempDir tmp;
   const std::string path = qwen2_gguf_with(
       tmp, [](hllm::gguf::Writer& w) { w.remove("qwen2.attention.layer_norm_rms_epsilon"); });
-  const hllm::Error e = error_of([&] { hllm::load_gguf_model(path); });
+  const hllm::Error e = catch_error([&] { hllm::load_gguf_model(path); });
   EXPECT_EQ(e.field(), "qwen2.attention.layer_norm_rms_epsilon") << e.what();
 }
 
@@ -194,7 +167,7 @@ TEST(FamilyGguf, UnknownArchitectureListsTheKnownOnes) {
   hllm::test::TempDir tmp;
   const std::string path =
       qwen2_gguf_with(tmp, [](hllm::gguf::Writer& w) { w.set("general.architecture", "mamba"); });
-  const hllm::Error e = error_of([&] { hllm::load_gguf_model(path); });
+  const hllm::Error e = catch_error([&] { hllm::load_gguf_model(path); });
   EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
   EXPECT_EQ(e.field(), "general.architecture");
   EXPECT_NE(e.message().find("'mamba'"), std::string::npos) << e.message();
@@ -217,8 +190,8 @@ TEST(FamilyGguf, LlamaBiasesAreOptionalQwen3RefusesThem) {
   c.architecture = "qwen3";
   c.qk_norm = true;
   c.rope.layout = hllm::RopeLayout::neox;
-  const hllm::Error e =
-      error_of([&] { hllm::gguf_model_writer(c, hllm::random_weights(c, hllm::DType::f32, 3)); });
+  const hllm::Error e = catch_error(
+      [&] { hllm::gguf_model_writer(c, hllm::random_weights(c, hllm::DType::f32, 3)); });
   EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
 }
 
@@ -232,7 +205,7 @@ TEST(FamilyGguf, LoneLlamaBiasNamesTheMissingOne) {
   out.remove_tensor("blk.0.attn_v.bias");
   hllm::test::TempDir tmp;
   out.write(tmp / "lone.gguf");
-  const hllm::Error e = error_of([&] { hllm::load_gguf_model(tmp / "lone.gguf"); });
+  const hllm::Error e = catch_error([&] { hllm::load_gguf_model(tmp / "lone.gguf"); });
   EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
   EXPECT_EQ(e.field(), "blk.0.attn_k.bias");
 }
@@ -246,7 +219,7 @@ TEST(FamilyHf, SlidingWindowFlagAndOutputBiasAreRefusedByName) {
   };
   for (const char* key : {"use_sliding_window", "attention_bias"}) {
     const hllm::Error e =
-        error_of([&] { hllm::hf_model_config(config_with(key, true), "config.json"); });
+        catch_error([&] { hllm::hf_model_config(config_with(key, true), "config.json"); });
     EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
     EXPECT_EQ(e.field(), key);
   }

@@ -19,6 +19,7 @@
 #include "hllm/model/presets.hpp"
 #include "hllm/model/repack.hpp"
 #include "hllm/model/session.hpp"
+#include "model_logits.hpp"
 #include "test_util.hpp"
 #include "typed_weights.hpp"
 
@@ -93,21 +94,7 @@ TEST_P(HuggingFaceModel, LogitsMatchTransformers) {
   const hllm::Llama<> model(golden.config, std::move(golden.weights));
   const auto tokens = golden_tokens(g);
   ASSERT_GE(tokens.size(), 64u);
-
-  for (hllm::Isa isa : hllm::test::supported_isas()) {
-    SCOPED_TRACE(hllm::to_string(isa));
-    hllm::Session<> prefill_session(model, {.threads = 2, .isa = isa});
-    const auto all = prefill_session.prefill(tokens, hllm::Logits::all);
-    EXPECT_TRUE(all_close(all, g["logits"]));
-
-    hllm::Session<> decode_session(model, {.threads = 2, .isa = isa});
-    std::vector<float> decoded;
-    for (std::int32_t t : tokens) {
-      const auto logits = decode_session.decode(t);
-      decoded.insert(decoded.end(), logits.begin(), logits.end());
-    }
-    EXPECT_TRUE(all_close(decoded, g["logits"]));
-  }
+  hllm::test::expect_prefill_and_decode_logits(model, tokens, g["logits"]);
 }
 
 INSTANTIATE_TEST_SUITE_P(UntiedAndTiedLlama3Scaling, HuggingFaceModel,

@@ -115,6 +115,18 @@ void expect_error(F&& f, ErrorKind kind, const std::string& field, const std::st
 }
 
 // Every ISA this CPU can run: kernels are tested on each, forced one by one.
+// The hllm::Error that f() throws; a test failure (and an internal error returned) if none.
+template <class F>
+Error catch_error(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no hllm::Error thrown";
+  return Error(ErrorKind::internal, "none");
+}
+
 inline std::vector<Isa> supported_isas() {
   std::vector<Isa> isas;
   for (Isa isa : kIsasBestFirst)
