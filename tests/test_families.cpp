@@ -42,7 +42,7 @@ void expect_logits_match(const hllm::ModelConfig& config, hllm::ModelWeights wei
 
 struct Family {
   const char* name;
-  bool qkv_bias, qk_norm, tied;
+  bool qkv_bias, qk_norm, tied, fused;
 };
 
 void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
@@ -84,6 +84,8 @@ TEST_P(FamilyCheckpoint, GgufConversionLogitsMatchTheReference) {
   EXPECT_EQ(file.find_tensor("blk.1.attn_k.bias") != nullptr, f.qkv_bias);
   EXPECT_EQ(file.find_tensor("blk.1.attn_k_norm.weight") != nullptr, f.qk_norm);
   EXPECT_EQ(file.find_tensor("output.weight") == nullptr, f.tied);
+  EXPECT_EQ(file.find_tensor("blk.1.attn_qkv.weight") != nullptr, f.fused);
+  EXPECT_EQ(file.find_tensor("blk.1.ffn_gate.weight") == nullptr, f.fused);
 
   hllm::GgufModel gguf = hllm::load_gguf_model(tmp / "model.gguf");
   expect_family(gguf.config, f);
@@ -114,8 +116,9 @@ TEST_P(FamilyCheckpoint, Q8_0ConversionStaysClose) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyCheckpoint,
-                         ::testing::Values(Family{"qwen2", true, false, true},
-                                           Family{"qwen3", false, true, false}),
+                         ::testing::Values(Family{"qwen2", true, false, true, false},
+                                           Family{"qwen3", false, true, false, false},
+                                           Family{"phi3", false, false, false, true}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 // A GGUF file of a family, written from the qwen2 checkpoint, then altered by `edit`.
@@ -208,6 +211,27 @@ TEST(FamilyGguf, LoneLlamaBiasNamesTheMissingOne) {
   const hllm::Error e = catch_error([&] { hllm::load_gguf_model(tmp / "lone.gguf"); });
   EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
   EXPECT_EQ(e.field(), "blk.0.attn_k.bias");
+}
+
+// phi3 files may hold q, k and v apart (llama.cpp reads both), and their sliding window is
+// ignored as llama.cpp ignores it, while the Hugging Face checkpoint keeps its window.
+TEST(FamilyGguf, Phi3ReadsSeparateQkvAndIgnoresTheFilesWindow) {
+  const hllm::HfModel hf = hllm::load_hf_model(kFamilies + "phi3");
+  EXPECT_EQ(hf.config.sliding_window, 2047);
+  const hllm::ConvertedModel c = hllm::convert_model(hf.config, hf.weights, hllm::DType::f32);
+  hllm::gguf::Writer out = hllm::gguf_model_writer(c.config, c.weights);
+  EXPECT_TRUE(out.remove_tensor("blk.0.attn_qkv.weight"));
+  for (const auto& [name, w] :
+       {std::pair{"attn_q", &c.weights.layers[0].wq}, std::pair{"attn_k", &c.weights.layers[0].wk},
+        std::pair{"attn_v", &c.weights.layers[0].wv}})
+    out.add_tensor(std::string("blk.0.") + name + ".weight", w->type, {w->cols, w->rows},
+                   std::span(static_cast<const std::byte*>(w->data), w->bytes()));
+  hllm::test::TempDir tmp;
+  out.write(tmp / "apart.gguf");
+  hllm::GgufModel gguf = hllm::load_gguf_model(tmp / "apart.gguf");
+  EXPECT_EQ(gguf.config.sliding_window, 0);
+  const GoldenFile g("families/phi3/logits.bin");
+  expect_logits_match(gguf.config, std::move(gguf.weights), g);
 }
 
 TEST(FamilyHf, SlidingWindowFlagAndOutputBiasAreRefusedByName) {

@@ -20,8 +20,12 @@ Independent references
     - qwen3: transformers' models/qwen3/modeling_qwen3.py (added in 4.51, after the pinned
       version): Qwen3Attention applies Qwen3RMSNorm(head_dim) to q and k of each head
       (`self.q_norm(self.q_proj(x).view(hidden_shape))`) before apply_rotary_pos_emb; no
-      biases (attention_bias=False); head_dim is a config key, independent of hidden_size.
-* Where the pinned transformers has the class (Qwen2ForCausalLM), its eager float64 forward,
+      biases (attention_bias=False); head_dim is a config key, independent of hidden_size;
+    - phi3: transformers' models/phi3/modeling_phi3.py (4.46.3): Llama's arithmetic with q|k|v
+      in one qkv_proj and gate|up in one gate_up_proj (`gate, up = y.chunk(2, dim=-1)`), and a
+      sliding window (wider than the prompt here).
+* Where the pinned transformers has the class (Qwen2ForCausalLM, Phi3ForCausalLM), its eager
+  float64 forward,
   with the float32 casts inside kept in float64 as gen_goldens.py does for Llama, must agree
   with the textbook logits within 1e-9; the checkpoint is written by its save_pretrained.
   Where it lacks the class (Qwen3), config.json is written with the keys Qwen3Config has and
@@ -43,7 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_goldens as g  # noqa: E402  (helpers: Rng, rmsnorm, apply_rope, attention, ...)
 
 from safetensors.torch import save_file  # noqa: E402
-from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Phi3Config, Phi3ForCausalLM,  # noqa: E402
+                          Qwen2Config, Qwen2ForCausalLM)
+from transformers.models.gemma2 import modeling_gemma2  # noqa: E402
+from transformers.models.phi3 import modeling_phi3  # noqa: E402
 from transformers.models.qwen2 import modeling_qwen2  # noqa: E402
 
 F64 = torch.float64
@@ -55,23 +62,35 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
     """HF-named float32-exact float64 tensors for a decoder of this shape and variants."""
     dim, hd = cfg["hidden_size"], cfg["head_dim"]
     q, kv, ffn = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd, cfg["intermediate_size"]
+    sandwich = cfg["sandwich_norm"]
+
+    def norm_weight(n: int) -> torch.Tensor:
+        # Gemma's checkpoints hold w for a norm that scales by 1 + w; 1 + w stays float32-exact.
+        return rng.norm_weight(n) - cfg["norm_offset"]  # [n]
+
     w = {"model.embed_tokens.weight": rng.normal(cfg["vocab_size"], dim)}  # [vocab, dim]
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
-        w[p + "input_layernorm.weight"] = rng.norm_weight(dim)  # [dim]
+        w[p + "input_layernorm.weight"] = norm_weight(dim)  # [dim]
         for name, rows in (("q", q), ("k", kv), ("v", kv)):
             w[p + f"self_attn.{name}_proj.weight"] = rng.linear(rows, dim)  # [rows, dim]
             if cfg["qkv_bias"]:
                 w[p + f"self_attn.{name}_proj.bias"] = rng.normal(rows, std=0.1)  # [rows]
         if cfg["qk_norm"]:
-            w[p + "self_attn.q_norm.weight"] = rng.norm_weight(hd)  # [hd]
-            w[p + "self_attn.k_norm.weight"] = rng.norm_weight(hd)  # [hd]
+            w[p + "self_attn.q_norm.weight"] = norm_weight(hd)  # [hd]
+            w[p + "self_attn.k_norm.weight"] = norm_weight(hd)  # [hd]
         w[p + "self_attn.o_proj.weight"] = rng.linear(dim, q)  # [dim, q]
-        w[p + "post_attention_layernorm.weight"] = rng.norm_weight(dim)  # [dim]
+        # Sandwich norms (Gemma 2): post_attention_layernorm follows attention and
+        # pre_feedforward_layernorm precedes the FFN; without them the former is the FFN's norm.
+        w[p + "post_attention_layernorm.weight"] = norm_weight(dim)  # [dim]
+        if sandwich:
+            w[p + "pre_feedforward_layernorm.weight"] = norm_weight(dim)  # [dim]
         w[p + "mlp.gate_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
         w[p + "mlp.up_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
         w[p + "mlp.down_proj.weight"] = rng.linear(dim, ffn)  # [dim, ffn]
-    w["model.norm.weight"] = rng.norm_weight(dim)  # [dim]
+        if sandwich:
+            w[p + "post_feedforward_layernorm.weight"] = norm_weight(dim)  # [dim]
+    w["model.norm.weight"] = norm_weight(dim)  # [dim]
     if not cfg["tie_word_embeddings"]:
         w["lm_head.weight"] = rng.normal(cfg["vocab_size"], dim, std=1.0 / math.sqrt(dim))  # [vocab, dim]
     return w
@@ -83,10 +102,21 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     inv_freq = g.inv_freq_base(cfg["rope_theta"], hd)  # [hd/2]
     pos = torch.arange(T)  # [T]
+    scale = cfg["query_pre_attn_scalar"] ** -0.5 if cfg["query_pre_attn_scalar"] else None
+    pattern, window = cfg["sliding_pattern"], cfg["sliding_window"]
+
+    def norm(x: torch.Tensor, name: str) -> torch.Tensor:
+        return g.rmsnorm(x, w[name] + cfg["norm_offset"], eps)
+
+    def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
+        return cap * torch.tanh(x / cap) if cap > 0 else x
+
     h = w["model.embed_tokens.weight"][tokens]  # [T, dim]
+    if cfg["embed_scale"]:  # Gemma: the embedding times sqrt(hidden_size)
+        h = h * math.sqrt(cfg["hidden_size"])
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
-        n = g.rmsnorm(h, w[p + "input_layernorm.weight"], eps)  # [T, dim]
+        n = norm(h, p + "input_layernorm.weight")  # [T, dim]
 
         def project(name: str, heads: int) -> torch.Tensor:
             y = n @ w[p + f"self_attn.{name}_proj.weight"].T  # [T, heads*hd]
@@ -96,40 +126,59 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
 
         q, k, v = project("q", H), project("k", KVH), project("v", KVH)
         if cfg["qk_norm"]:  # per head, over head_dim
-            q = g.rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)  # [T, H, hd]
-            k = g.rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)  # [T, KVH, hd]
+            q = norm(q, p + "self_attn.q_norm.weight")  # [T, H, hd]
+            k = norm(k, p + "self_attn.k_norm.weight")  # [T, KVH, hd]
         q = g.apply_rope(q, pos, inv_freq, "neox")  # HF rotate_half: [T, H, hd]
         k = g.apply_rope(k, pos, inv_freq, "neox")  # [T, KVH, hd]
-        a = g.attention(q, k, v).reshape(T, H * hd)  # [T, H*hd]
-        h = h + a @ w[p + "self_attn.o_proj.weight"].T  # [T, dim]
-        m = g.rmsnorm(h, w[p + "post_attention_layernorm.weight"], eps)  # [T, dim]
-        h = h + g.swiglu(m, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
-                         w[p + "mlp.down_proj.weight"])  # [T, dim]
+        # Layer l is windowed when pattern is 0 (all layers) or l % pattern < pattern - 1
+        # (Gemma 2: pattern 2, the even layers; Gemma 3: 6).
+        windowed = pattern == 0 or l % pattern < pattern - 1
+        a = g.attention(q, k, v, window if windowed else 0, scale=scale,
+                        softcap=cfg["attn_softcap"]).reshape(T, H * hd)  # [T, H*hd]
+        a = a @ w[p + "self_attn.o_proj.weight"].T  # [T, dim]
+        if cfg["sandwich_norm"]:
+            h = h + norm(a, p + "post_attention_layernorm.weight")
+            m = norm(h, p + "pre_feedforward_layernorm.weight")  # [T, dim]
+        else:
+            h = h + a
+            m = norm(h, p + "post_attention_layernorm.weight")  # [T, dim]
+        gate = m @ w[p + "mlp.gate_proj.weight"].T  # [T, ffn]
+        up = m @ w[p + "mlp.up_proj.weight"].T  # [T, ffn]
+        if cfg["activation"] == "silu":
+            act = gate / (1.0 + torch.exp(-gate))  # [T, ffn]
+        else:  # GeGLU, GELU's tanh approximation
+            act = 0.5 * gate * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate ** 3)))
+        f = (act * up) @ w[p + "mlp.down_proj.weight"].T  # [T, dim]
+        h = h + (norm(f, p + "post_feedforward_layernorm.weight") if cfg["sandwich_norm"] else f)
     out = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
-    return g.rmsnorm(h, w["model.norm.weight"], eps) @ out.T  # [T, vocab]
+    return softcap(norm(h, "model.norm.weight") @ out.T, cfg["final_softcap"])  # [T, vocab]
 
 
 def base_config(**kw) -> dict:
     cfg = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
                rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, qkv_bias=False,
-               qk_norm=False)
+               qk_norm=False, sandwich_norm=False, activation="silu", embed_scale=False,
+               attn_softcap=0.0, final_softcap=0.0, query_pre_attn_scalar=None, sliding_window=0,
+               sliding_pattern=0, norm_offset=0.0)
     cfg.update(kw)
     return cfg
 
 
-def hf_qwen2_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
-    """Qwen2ForCausalLM (eager, float64 inside) on these weights; saves the checkpoint to out."""
-    hf_cfg = Qwen2Config(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
-                         intermediate_size=cfg["intermediate_size"], num_hidden_layers=cfg["num_hidden_layers"],
-                         num_attention_heads=cfg["num_attention_heads"],
-                         num_key_value_heads=cfg["num_key_value_heads"], hidden_act="silu",
-                         max_position_embeddings=cfg["max_position_embeddings"], rms_norm_eps=cfg["rms_norm_eps"],
-                         rope_theta=cfg["rope_theta"], tie_word_embeddings=cfg["tie_word_embeddings"],
-                         use_sliding_window=False, attn_implementation="eager", torch_dtype="float32")
-    assert hf_cfg.hidden_size // hf_cfg.num_attention_heads == cfg["head_dim"]
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(hf_cfg).eval()
+class Float64RotaryAnyArgs(g.Float64Rotary):
+    """g.Float64Rotary for rotary modules called with extra arguments (Phi-3's seq_len)."""
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, **_):
+        return super().forward(x, position_ids)
+
+
+def hf_logits(out: Path, model, module, w: dict, tokens: torch.Tensor, rotary_owners,
+              inv_freq: torch.Tensor) -> torch.Tensor:
+    """Loads w into the HF model, saves the checkpoint to out, returns its float64 logits.
+
+    module: the modeling file, whose float32 casts are kept in float64 as gen_goldens.py does;
+    rotary_owners: the modules whose rotary_emb is swapped for the float64 table.
+    """
     params = dict(model.named_parameters())
     assert set(params) == set(w), f"parameter set mismatch: {set(params) ^ set(w)}"
     with torch.no_grad():
@@ -138,16 +187,89 @@ def hf_qwen2_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torc
     model.save_pretrained(out, safe_serialization=True)
     (out / "generation_config.json").unlink(missing_ok=True)
     model = model.double()
-    model.model.rotary_emb = g.Float64Rotary(g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]))
-    saved = modeling_qwen2.torch
-    modeling_qwen2.torch = g._TorchWithFloat64As32()  # RMSNorm / softmax casts stay float64
+    for owner in rotary_owners(model):
+        # HF's own inv_freq is float32; the table is built from the float64 one instead.
+        assert torch.allclose(owner.rotary_emb.inv_freq.to(F64), inv_freq, rtol=g.TOL_HF_INV_FREQ)
+        owner.rotary_emb = Float64RotaryAnyArgs(inv_freq)
+    saved = module.torch
+    module.torch = g._TorchWithFloat64As32()  # RMSNorm / softmax casts stay float64
     try:
         with torch.no_grad():
-            logits = model(tokens[None]).logits[0]  # [T, vocab]
+            logits = model(tokens[None], use_cache=False).logits[0]  # [T, vocab]
     finally:
-        modeling_qwen2.torch = saved
+        module.torch = saved
     assert logits.dtype == F64
     return logits
+
+
+def common_hf_kwargs(cfg: dict) -> dict:
+    return dict(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
+                intermediate_size=cfg["intermediate_size"], num_hidden_layers=cfg["num_hidden_layers"],
+                num_attention_heads=cfg["num_attention_heads"], num_key_value_heads=cfg["num_key_value_heads"],
+                hidden_act="silu", max_position_embeddings=cfg["max_position_embeddings"],
+                rms_norm_eps=cfg["rms_norm_eps"], rope_theta=cfg["rope_theta"],
+                tie_word_embeddings=cfg["tie_word_embeddings"], attn_implementation="eager",
+                torch_dtype="float32")
+
+
+def hf_qwen2_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """Qwen2ForCausalLM (eager, float64 inside) on these weights; saves the checkpoint to out."""
+    hf_cfg = Qwen2Config(use_sliding_window=False, **common_hf_kwargs(cfg))
+    assert hf_cfg.hidden_size // hf_cfg.num_attention_heads == cfg["head_dim"]
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(hf_cfg).eval()
+    return hf_logits(out, model, modeling_qwen2, w, tokens, lambda m: [m.model],
+                     g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]))
+
+
+def hf_phi3_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """Phi3ForCausalLM on these weights, q|k|v and gate|up fused as its checkpoints hold them."""
+    hf_cfg = Phi3Config(original_max_position_embeddings=cfg["max_position_embeddings"], rope_scaling=None,
+                        sliding_window=cfg["sliding_window"], pad_token_id=None, bos_token_id=1,
+                        eos_token_id=2, **common_hf_kwargs(cfg))
+    assert hf_cfg.hidden_size // hf_cfg.num_attention_heads == cfg["head_dim"]
+    fused = {}
+    for name, value in w.items():
+        p = name.rsplit(".", 2)[0] + "."  # model.layers.N.self_attn. / .mlp.
+        if name.endswith("q_proj.weight"):
+            fused[p + "qkv_proj.weight"] = torch.cat(
+                [w[p + "q_proj.weight"], w[p + "k_proj.weight"], w[p + "v_proj.weight"]])  # [q+2kv, dim]
+        elif name.endswith("gate_proj.weight"):
+            fused[p + "gate_up_proj.weight"] = torch.cat([w[p + "gate_proj.weight"], w[p + "up_proj.weight"]])
+        elif not name.endswith(("k_proj.weight", "v_proj.weight", "up_proj.weight")):
+            fused[name] = value
+    torch.manual_seed(0)
+    model = Phi3ForCausalLM(hf_cfg).eval()
+    return hf_logits(out, model, modeling_phi3, fused, tokens,
+                     lambda m: [layer.self_attn for layer in m.model.layers],
+                     g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]))
+
+
+def float64_gemma_rmsnorm(self, x: torch.Tensor) -> torch.Tensor:
+    """Gemma2RMSNorm.forward in the input's dtype (HF's casts x and the weight to float32)."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+
+def hf_gemma2_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """Gemma2ForCausalLM (eager, float64 inside) on these weights; saves the checkpoint to out."""
+    kwargs = common_hf_kwargs(cfg)
+    del kwargs["hidden_act"]
+    hf_cfg = Gemma2Config(head_dim=cfg["head_dim"], hidden_activation="gelu_pytorch_tanh",
+                          query_pre_attn_scalar=cfg["query_pre_attn_scalar"],
+                          sliding_window=cfg["sliding_window"],
+                          attn_logit_softcapping=cfg["attn_softcap"],
+                          final_logit_softcapping=cfg["final_softcap"], pad_token_id=0, bos_token_id=1,
+                          eos_token_id=2, **kwargs)
+    torch.manual_seed(0)
+    model = Gemma2ForCausalLM(hf_cfg).eval()
+    saved = modeling_gemma2.Gemma2RMSNorm.forward
+    modeling_gemma2.Gemma2RMSNorm.forward = float64_gemma_rmsnorm
+    try:
+        return hf_logits(out, model, modeling_gemma2, w, tokens,
+                         lambda m: [layer.self_attn for layer in m.model.layers],
+                         g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]))
+    finally:
+        modeling_gemma2.Gemma2RMSNorm.forward = saved
 
 
 def write_qwen3_checkpoint(out: Path, w: dict, cfg: dict) -> None:
@@ -175,10 +297,11 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
     w = random_checkpoint(rng, cfg)
     ref = decoder_logits(w, cfg, tokens)  # [T, vocab]
     note = "textbook float64 only (class not in the pinned transformers)"
-    if name == "qwen2":
-        hf = hf_qwen2_logits(out, w, cfg, tokens)
-        err = g.assert_close(f"{name} textbook vs HF Qwen2ForCausalLM", ref, hf, g.TOL_F64)
-        note = f"HF Qwen2ForCausalLM float64 max diff {err:.1e}"
+    hf_forward = {"qwen2": hf_qwen2_logits, "phi3": hf_phi3_logits, "gemma2": hf_gemma2_logits}
+    if name in hf_forward:
+        hf = hf_forward[name](out, w, cfg, tokens)
+        err = g.assert_close(f"{name} textbook vs HF", ref, hf, g.TOL_F64)
+        note = f"HF {name} float64 max diff {err:.1e}"
     elif name == "qwen3":
         write_qwen3_checkpoint(out, w, cfg)
     g.emit(out, "logits.bin", {"tokens": tokens, "logits": ref},
@@ -192,6 +315,17 @@ def main(argv: list[str]) -> int:
     gen_family("qwen2", 11, base_config(qkv_bias=True, tie_word_embeddings=True))
     # Qwen3: QK-norm, head_dim (32) unrelated to hidden_size / heads (16), as Qwen3-0.6B.
     gen_family("qwen3", 12, base_config(qk_norm=True, head_dim=32))
+    # Phi-3: fused q|k|v and gate|up, a sliding window (2047, as Phi-3-mini-4k's) past the prompt.
+    gen_family("phi3", 13, base_config(sliding_window=2047, rope_theta=10000.0, rms_norm_eps=1e-5))
+    # Gemma 2: sandwich norms scaling by 1 + w, GeGLU, the embedding times sqrt(hidden_size),
+    # tied embeddings, and a sliding window (8, inside the prompt) on the even layers of three.
+    # The soft-caps are far below Gemma 2's 50 and 30 so that tanh bends these small models'
+    # scores and logits; query_pre_attn_scalar is head_dim, as in Gemma 2 2B and 9B (llama.cpp
+    # derives the scale from head_dim and ignores the key).
+    gen_family("gemma2", 14, base_config(num_hidden_layers=3, sandwich_norm=True, activation="gelu_tanh",
+                                         embed_scale=True, tie_word_embeddings=True, attn_softcap=5.0,
+                                         final_softcap=3.0, query_pre_attn_scalar=16, sliding_window=8,
+                                         sliding_pattern=2, norm_offset=1.0, rope_theta=10000.0))
     return 0
 
 

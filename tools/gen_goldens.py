@@ -288,17 +288,22 @@ def apply_rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor, layou
     return out
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0) -> torch.Tensor:
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0,
+              scale: float | None = None, softcap: float = 0.0) -> torch.Tensor:
     """Causal (G/M)QA. q: [T, H, D], k, v: [T, KVH, D] -> [T, H, D].
 
     Query head h reads kv head h // (H/KVH). With window W > 0 the query at
-    position p sees keys at positions in (p - W, p].
+    position p sees keys at positions in (p - W, p]. Scores are q.k * scale
+    (default 1/sqrt(D)), then softcap * tanh(score / softcap) when softcap > 0
+    (Gemma 2's attention logit soft-capping).
     """
     T, H, D = q.shape
     group = H // k.shape[1]
     k_rep = k.repeat_interleave(group, dim=1)  # [T, H, D]
     v_rep = v.repeat_interleave(group, dim=1)  # [T, H, D]
-    scores = torch.einsum("ihd,jhd->hij", q, k_rep) / math.sqrt(D)  # [H, Tq, Tk]
+    scores = torch.einsum("ihd,jhd->hij", q, k_rep) * (1.0 / math.sqrt(D) if scale is None else scale)  # [H, Tq, Tk]
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
     p = torch.arange(T)[:, None]  # [Tq, 1] query positions
     j = torch.arange(T)[None, :]  # [1, Tk] key positions
     visible = j <= p  # [Tq, Tk]

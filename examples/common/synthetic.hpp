@@ -177,6 +177,10 @@ inline void save_synthetic_gguf(const std::string& path, const ModelConfig& conf
     if (!vocab.token_types.empty()) vocab.token_types.push_back(std::int32_t(TokenType::unused));
   }
 
+  if (const Architecture* arch = find_architecture(config.architecture);
+      arch != nullptr && arch->fused_projections)
+    throw Error(ErrorKind::unsupported,
+                "synthetic " + config.architecture + " files (fused projections) are not written");
   gguf::Writer out;
   set_gguf_model_metadata(out, gguf_rope_config(config));
   out.set("general.file_type", llama_file_type(type));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <type_traits>
+#include <utility>
 
 #include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
@@ -29,6 +30,18 @@ struct WeightTensor {
     DTypeInfo info{};
     if (!dtype_info(type, info)) throw Error(ErrorKind::unsupported, "unknown type", {}, name);
     return rows * (cols / info.block_elements) * info.block_bytes;
+  }
+
+  // Rows [first, first + count) as a tensor of their own, a view with no copy (a part of a
+  // fused file tensor: Phi-3's q|k|v). Throws internal past the tensor's rows.
+  WeightTensor row_range(std::size_t first, std::size_t count, std::string part_name) const {
+    DTypeInfo info{};
+    if (!dtype_info(type, info)) throw Error(ErrorKind::unsupported, "unknown type", {}, name);
+    if (first > rows || count > rows - first)
+      throw Error(ErrorKind::internal, "row range past the tensor", {}, name);
+    const std::size_t row_bytes = (cols / info.block_elements) * info.block_bytes;
+    return {type, static_cast<const std::byte*>(data) + first * row_bytes, count, cols,
+            std::move(part_name)};
   }
 
   // Typed access for plain floating-point tensors; a mismatch is a bug in the caller.

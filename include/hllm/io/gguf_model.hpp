@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -118,7 +119,11 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
       throw Error(ErrorKind::unsupported, "key_length != value_length is not supported", f.path(),
                   key("attention.value_length"));
   }
-  c.sliding_window = f.get_int_or(key("attention.sliding_window"), 0);
+  if (arch.gguf_sliding_window) c.sliding_window = f.get_int_or(key("attention.sliding_window"), 0);
+  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
+    if (f.find_tensor(name) != nullptr)
+      throw Error(ErrorKind::unsupported, "LongRoPE frequency factors are not supported", f.path(),
+                  name);
   c.qkv_bias = gguf_layers_have(f, arch.qkv_bias, "attn_q.bias");
   c.qk_norm = arch.qk_norm;
 
@@ -269,8 +274,21 @@ inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file,
   const std::size_t tensors = model_tensor_count(m.config);
   std::size_t checked = 0;
   m.weights = assemble_weights(m.config, [&](const TensorSpec& spec) {
-    WeightTensor w = detail::gguf_weight(*file, spec, options);
-    used.insert(spec.name);
+    // A part of a fused tensor (phi3) is a view of its rows; llama.cpp also reads phi3 files
+    // that hold q, k and v apart.
+    const std::optional<FusedPart> part = fused_part(m.config, spec);
+    const bool apart =
+        part && part->gguf.ends_with("attn_qkv.weight") && file->find_tensor(spec.name) != nullptr;
+    WeightTensor w;
+    if (part && !apart) {
+      const TensorSpec whole{part->gguf, part->file_rows, spec.cols, spec.role};
+      w = detail::gguf_weight(*file, whole, options)
+              .row_range(part->first_row, spec.rows, spec.name);
+      used.insert(part->gguf);
+    } else {
+      w = detail::gguf_weight(*file, spec, options);
+      used.insert(spec.name);
+    }
     if (options.check_finite)  // the one slow part of this loop: it reads every byte
       detail::report_progress(options.progress, "checking", ++checked, tensors, spec.name);
     return w;
@@ -403,6 +421,33 @@ inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& 
   const auto tensors = model_tensors(c, w);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const WeightTensor& t = *tensors[i];
+    if (const std::optional<FusedPart> part = fused_part(c, specs[i])) {
+      // The parts follow each other in spec order: written once, at the first, as one tensor
+      // filled from them when the file is written.
+      if (part->first_row != 0) continue;
+      std::vector<const WeightTensor*> parts;
+      for (std::size_t j = i; j < specs.size(); ++j)
+        if (const auto other = fused_part(c, specs[j]); other && other->gguf == part->gguf)
+          parts.push_back(tensors[j]);
+      std::size_t bytes = 0;
+      for (const WeightTensor* p : parts) {
+        if (p->type != t.type)
+          throw Error(ErrorKind::unsupported,
+                      "the parts of " + part->gguf + " must share a weight type: " +
+                          dtype_name(t.type) + " and " + dtype_name(p->type),
+                      {}, p->name);
+        bytes += p->bytes();
+      }
+      out.add_tensor(part->gguf, t.type, {t.cols, part->file_rows}, bytes,
+                     [parts](std::span<std::byte> data) {
+                       std::size_t offset = 0;
+                       for (const WeightTensor* p : parts) {
+                         std::memcpy(data.data() + offset, p->data, p->bytes());
+                         offset += p->bytes();
+                       }
+                     });
+      continue;
+    }
     std::vector<std::uint64_t> dims{t.cols};  // vectors are 1-D, as llama.cpp writes them
     if (!specs[i].is_vector()) dims.push_back(t.rows);
     out.add_tensor(specs[i].name, t.type, std::move(dims),

@@ -22,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -213,7 +214,7 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   // HF's rotate_half pairs (i, i + head_dim/2): the neox layout, weights as stored.
   c.rope.layout = RopeLayout::neox;
   c.rope.theta = static_cast<float>(r.number_or("rope_theta", 10000.0));
-  if (r.has("partial_rotary_factor"))
+  if (r.has("partial_rotary_factor") && r.number("partial_rotary_factor") != 1.0)
     r.fail(ErrorKind::unsupported, "partial rotary embeddings are not supported",
            "partial_rotary_factor");
   if (r.has("rope_scaling")) detail::hf_rope_scaling(j.at("rope_scaling"), r, c);
@@ -340,6 +341,15 @@ inline HfModel load_hf_model(const ModelConfig& config,
   std::set<std::string, std::less<>> used;
   const std::vector<LayerTensor> layer_tensors = hllm::layer_tensors(config);
   m.weights = assemble_weights(config, [&](const TensorSpec& spec) {
+    if (const std::optional<FusedPart> part = fused_part(config, spec)) {  // Phi-3's qkv_proj
+      const std::string layer = spec.name.substr(4, spec.name.find('.', 4) - 4);
+      std::string name = "model.layers." + layer + "." + part->hf;
+      const TensorSpec whole{part->gguf, part->file_rows, spec.cols, spec.role};
+      WeightTensor w = detail::hf_weight(*checkpoint, name, whole, *storage, options)
+                           .row_range(part->first_row, spec.rows, spec.name);
+      used.insert(std::move(name));
+      return w;
+    }
     std::string name = detail::hf_tensor_name(layer_tensors, spec);
     WeightTensor w = detail::hf_weight(*checkpoint, name, spec, *storage, options);
     used.insert(std::move(name));

@@ -26,19 +26,34 @@ struct Architecture {
   RopeLayout gguf_rope;           // rows of q/k in GGUF files (llama.cpp's rope type)
   Presence qkv_bias;              // biases on the q, k and v projections
   bool qk_norm;                   // RMSNorm over each q and k head before RoPE
+  bool fused_projections;         // files hold q|k|v and gate|up as one matrix each
+  bool gguf_sliding_window;       // attention.sliding_window of its GGUF files is honoured
 };
 
 // llama: llama.cpp's converter permutes q/k into interleaved pairs and loads attention biases
 // when a file has them. qwen2 and qwen3 keep Hugging Face's half-split (NEOX) rows; Qwen2
-// always has q/k/v biases, Qwen3 never, with per-head QK-norm instead.
+// always has q/k/v biases, Qwen3 never, with per-head QK-norm instead. phi3 keeps the
+// half-split rows and stores attn_qkv (llama.cpp also takes separate q/k/v) and ffn_up as
+// gate|up; llama.cpp ignores its files' sliding window (converters wrote wrong ones), and so
+// does hllm with those files, while a Hugging Face Phi-3 checkpoint keeps its window.
 inline constexpr Architecture kArchitectures[] = {
+    // gguf, hf, gguf_rope, qkv_bias, qk_norm, fused_projections, gguf_sliding_window
     {"llama",
      {"LlamaForCausalLM", "MistralForCausalLM"},
      RopeLayout::interleaved,
      Presence::optional,
-     false},
-    {"qwen2", {"Qwen2ForCausalLM", nullptr}, RopeLayout::neox, Presence::always, false},
-    {"qwen3", {"Qwen3ForCausalLM", nullptr}, RopeLayout::neox, Presence::never, true},
+     false,
+     false,
+     true},
+    {"qwen2",
+     {"Qwen2ForCausalLM", nullptr},
+     RopeLayout::neox,
+     Presence::always,
+     false,
+     false,
+     true},
+    {"qwen3", {"Qwen3ForCausalLM", nullptr}, RopeLayout::neox, Presence::never, true, false, true},
+    {"phi3", {"Phi3ForCausalLM", nullptr}, RopeLayout::neox, Presence::never, false, true, false},
 };
 
 // The family whose GGUF name is `gguf`, or nullptr.

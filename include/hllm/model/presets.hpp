@@ -102,6 +102,18 @@ struct Qwen3_0_6B : ModelSpec<W, KV, 1024, 28, 16, 8, 128, 3072, 151936> {
   }
 };
 
+// Phi-3-mini-4k: Llama's arithmetic (its q|k|v and gate|up fusion is a file layout only), MHA,
+// a 32064-token vocabulary; the file's sliding window is left off, as llama.cpp leaves it.
+template <class W = AnyWeight, class KV = float>
+struct Phi3_Mini : ModelSpec<W, KV, 3072, 32, 32, 32, 96, 8192, 32064> {
+  static ModelConfig config() {
+    ModelConfig c = detail::make("phi-3-mini", 32064, 3072, 32, 32, 32, 8192, 4096, 10000.0f);
+    c.architecture = "phi3";
+    c.rope.layout = RopeLayout::neox;
+    return c;
+  }
+};
+
 // The same shape with every block variant off: the plain Llama twin of a config, which tells
 // what the variants cost (hllm-bench --plain).
 inline ModelConfig without_variants(ModelConfig c) {
@@ -115,7 +127,7 @@ inline ModelConfig without_variants(ModelConfig c) {
 // Runtime lookup by name (as the benchmark's --preset flag spells them).
 inline std::vector<std::string> names() {
   return {"tinyllama-1.1b", "llama-2-7b",   "llama-3-8b", "llama-3.2-1b",
-          "mistral-7b",     "qwen2.5-0.5b", "qwen3-0.6b"};
+          "mistral-7b",     "qwen2.5-0.5b", "qwen3-0.6b", "phi-3-mini"};
 }
 
 inline ModelConfig by_name(std::string_view name) {
@@ -126,6 +138,7 @@ inline ModelConfig by_name(std::string_view name) {
   if (name == "mistral-7b") return Mistral_7B<>::config();
   if (name == "qwen2.5-0.5b") return Qwen2_5_0_5B<>::config();
   if (name == "qwen3-0.6b") return Qwen3_0_6B<>::config();
+  if (name == "phi-3-mini") return Phi3_Mini<>::config();
   std::string known;
   for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(ErrorKind::invalid_argument,

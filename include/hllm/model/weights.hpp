@@ -10,9 +10,11 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hllm/core/aligned_buffer.hpp"
@@ -20,6 +22,7 @@
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/weight_tensor.hpp"
+#include "hllm/model/architecture.hpp"
 #include "hllm/model/config.hpp"
 #include "hllm/nn/swiglu.hpp"
 
@@ -168,6 +171,35 @@ inline std::vector<const WeightTensor*> model_tensors(const ModelConfig& c, cons
   tensors.push_back(&w.output_norm);
   if (!c.tied_embeddings) tensors.push_back(&w.output);
   return tensors;
+}
+
+// Where a model tensor sits in the files of a family that fuses projections (Phi-3: q|k|v as
+// attn_qkv, gate|up as ffn_up): rows [first_row, first_row + spec.rows) of the file tensor of
+// file_rows rows. In memory the parts stay separate views (WeightTensor::row_range), so the
+// kernels, repacking and conversion see the same tensors as for any family.
+struct FusedPart {
+  std::string gguf;  // the file tensor's full GGUF name, blk.N.attn_qkv.weight
+  const char* hf;    // its Hugging Face name inside the layer
+  std::size_t first_row, file_rows;
+};
+
+// The fused file tensor that holds `spec`, or nothing when the family stores it on its own.
+inline std::optional<FusedPart> fused_part(const ModelConfig& c, const TensorSpec& spec) {
+  const Architecture* arch = find_architecture(c.architecture);
+  if (arch == nullptr || !arch->fused_projections || spec.name.rfind("blk.", 0) != 0) return {};
+  const std::size_t dot = spec.name.find('.', 4);
+  const std::string layer = spec.name.substr(0, dot + 1);  // blk.N.
+  const std::string_view part = std::string_view(spec.name).substr(dot + 1);
+  const auto q = static_cast<std::size_t>(c.q_dim()), kv = static_cast<std::size_t>(c.kv_dim()),
+             ffn = static_cast<std::size_t>(c.ffn_dim);
+  const std::string qkv = layer + "attn_qkv.weight", gate_up = layer + "ffn_up.weight";
+  if (part == "attn_q.weight") return FusedPart{qkv, "self_attn.qkv_proj.weight", 0, q + 2 * kv};
+  if (part == "attn_k.weight") return FusedPart{qkv, "self_attn.qkv_proj.weight", q, q + 2 * kv};
+  if (part == "attn_v.weight")
+    return FusedPart{qkv, "self_attn.qkv_proj.weight", q + kv, q + 2 * kv};
+  if (part == "ffn_gate.weight") return FusedPart{gate_up, "mlp.gate_up_proj.weight", 0, 2 * ffn};
+  if (part == "ffn_up.weight") return FusedPart{gate_up, "mlp.gate_up_proj.weight", ffn, 2 * ffn};
+  return {};
 }
 
 // Assigns the tensors, found by name through `lookup`, to their places in a ModelWeights.
