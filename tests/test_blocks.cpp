@@ -10,11 +10,11 @@
 #include "golden_file.hpp"
 #include "hllm/model/llama_block.hpp"
 #include "hllm/nn/attention.hpp"
+#include "hllm/nn/gated_ffn.hpp"
 #include "hllm/nn/kv_cache.hpp"
 #include "hllm/nn/kv_chunk.hpp"
 #include "hllm/nn/rms_norm.hpp"
 #include "hllm/nn/rope.hpp"
-#include "hllm/nn/swiglu.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -367,7 +367,7 @@ TEST(KVCache, FP8BlockScaleAndCodes) {
 
 // --- SwiGLU and the block ------------------------------------------------------------------
 
-TEST(SwiGLU, MatchesPyTorch) {
+TEST(GatedFeedForward, SwiGLUMatchesPyTorch) {
   const GoldenFile g("swiglu.bin");
   const auto& x = g.array("x");
   const hllm::FeedForwardWeights w{f32_tensor(g, "w_gate"), f32_tensor(g, "w_up"),
@@ -381,7 +381,8 @@ TEST(SwiGLU, MatchesPyTorch) {
       hllm::ThreadPool pool(threads);
       const hllm::Compute compute(hllm::kernels::table_for(isa), pool);
       std::fill(out.begin(), out.end(), 0.0f);
-      hllm::SwiGLU::forward(compute, w, x.values.data(), n, out.data(), gate.data(), up.data());
+      hllm::GatedFeedForward::forward(compute, w, hllm::GateActivation::silu, x.values.data(), n,
+                                      out.data(), gate.data(), up.data());
       EXPECT_TRUE(all_close(out, g["out"]));
     }
   }

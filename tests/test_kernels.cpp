@@ -166,6 +166,55 @@ TEST_P(KernelIsa, SiluMulMatchesReference) {
         << "gate " << gate[i] << " up " << up[i];
 }
 
+// GeGLU: both sides compute g / (1 + e^-2z), z = sqrt(2/pi)(g + 0.044715 g^3), z rounded a few
+// times in a different order: e^-2z moves by ~2|z|·(few ulp), so the slack grows with |z| on
+// top of SiLU's 8 ulp. Inputs from the saturating negative end (-0) through the identity.
+TEST_P(KernelIsa, GeluMulMatchesReference) {
+  const auto& table = hllm::kernels::table_for(GetParam());
+  std::vector<float> gate = hllm::test::random_vector(1001, 5),
+                     up = hllm::test::random_vector(1001, 6);
+  for (std::size_t i = 0; i < gate.size(); ++i) gate[i] *= 6.0f;
+  gate[0] = -100.0f, gate[1] = 100.0f, gate[2] = 0.0f, gate[3] = -12.0f, gate[4] = 12.0f;
+  std::vector<float> expected(gate.size()), actual(gate.size());
+  hllm::reference::gelu_mul(gate.data(), up.data(), gate.size(), expected.data());
+  table.gelu_mul(gate.data(), up.data(), gate.size(), actual.data());
+  for (std::size_t i = 0; i < gate.size(); ++i) {
+    const float g = gate[i], z = std::fabs(0.7978845608f * (g + 0.044715f * g * g * g));
+    const double slack = std::ldexp(1.0, -21) + std::min(z, 100.0f) * std::ldexp(1.0, -20);
+    ASSERT_NEAR(actual[i], expected[i], std::fabs(expected[i]) * slack + 1e-37)
+        << "gate " << g << " up " << up[i];
+  }
+  // The activation itself, against its definition at a few points: gelu(0) = 0, gelu(x) → x
+  // for large x and → -0 for very negative x, gelu(1) = 0.841192 (PyTorch's tanh GELU).
+  const float points[] = {0.0f, 1.0f, 10.0f, -10.0f}, ones[] = {1, 1, 1, 1};
+  float out[4];
+  table.gelu_mul(points, ones, 4, out);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_NEAR(out[1], 0.841192f, 1e-6f);
+  EXPECT_FLOAT_EQ(out[2], 10.0f);
+  EXPECT_NEAR(out[3], 0.0f, 1e-30f);
+}
+
+// Soft-capping: cap·tanh(x/cap) against std::tanh. The vector tanh is Cephes' (~2 ulp: its
+// polynomial near 0, its exp beyond), then a division and a product: 8 ulp of relative slack.
+// Both ends saturate at ±cap exactly; a ragged tail.
+TEST_P(KernelIsa, SoftCapMatchesReference) {
+  const auto& table = hllm::kernels::table_for(GetParam());
+  for (float cap : {3.0f, 30.0f, 50.0f}) {
+    std::vector<float> x = hllm::test::random_vector(517, 8);
+    for (float& v : x) v *= 4.0f * cap;
+    x[0] = 0.0f, x[1] = 1e6f, x[2] = -1e6f, x[3] = 1e-3f;
+    std::vector<float> expected = x, actual = x;
+    hllm::reference::soft_cap(expected.data(), expected.size(), cap);
+    table.soft_cap(actual.data(), actual.size(), cap);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      ASSERT_NEAR(actual[i], expected[i], std::fabs(expected[i]) * std::ldexp(1.0, -21))
+          << "x " << x[i];
+    EXPECT_EQ(actual[1], cap);
+    EXPECT_EQ(actual[2], -cap);
+  }
+}
+
 // RoPE: each output is a·c ∓ b·s; the vector kernels may fuse one product into the final
 // rounding (vfmaddsub), so the two sides differ by at most 2 ulp of |a·c| + |b·s|. Both layouts,
 // full and partial rotation, ragged pair counts.
@@ -216,17 +265,23 @@ TEST_P(KernelIsa, RmsNormMatchesReference) {
   }
 }
 
+// Scores are scaled dot products, soft-capped in half of the calls (a cap of 0.5 bends these
+// scores hard), so both paths of AttentionScoring meet every kernel.
+hllm::AttentionScoring test_scoring(std::size_t head_dim, std::size_t n_keys) {
+  return {1.0f / std::sqrt(static_cast<float>(head_dim)), n_keys % 2 == 1 ? 0.5f : 0.0f};
+}
+
 template <class KV>
 void check_attention(Isa isa, std::size_t n_keys, std::size_t head_dim) {
   const auto q = hllm::test::random_vector(head_dim, 5);
   const auto k = kv_rows<KV>(hllm::test::random_vector(n_keys * head_dim, 6), head_dim);
   const auto v = kv_rows<KV>(hllm::test::random_vector(n_keys * head_dim, 7), head_dim);
   std::vector<float> expected(head_dim), actual(head_dim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  hllm::reference::attend_head(q.data(), k.data(), v.data(), n_keys, head_dim, scale,
+  const hllm::AttentionScoring scoring = test_scoring(head_dim, n_keys);
+  hllm::reference::attend_head(q.data(), k.data(), v.data(), n_keys, head_dim, scoring,
                                expected.data());
   hllm::kernels::table_for(isa).attend_head_for<KV>()(q.data(), k.data(), v.data(), n_keys,
-                                                      head_dim, scale, actual.data());
+                                                      head_dim, scoring, actual.data());
   // Scores differ by the dot-product bound (|q||k| ~ head_dim here, times 2·head_dim·u), which
   // moves softmax weights by the same relative amount; the output is a convex combination of
   // values of size ~1, so 1e-5 of the output scale covers head_dim up to 128 with margin. (Rows
@@ -258,13 +313,13 @@ void check_grouped_attention(Isa isa, std::size_t group, std::size_t n_keys, std
   const auto q = hllm::test::random_vector(group * head_dim, 15);
   const auto k = kv_rows<KV>(hllm::test::random_vector(n_keys * head_dim, 16), head_dim);
   const auto v = kv_rows<KV>(hllm::test::random_vector(n_keys * head_dim, 17), head_dim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const hllm::AttentionScoring scoring = test_scoring(head_dim, n_keys);
   std::vector<float> expected(group * head_dim), actual(group * head_dim);
   for (std::size_t g = 0; g < group; ++g)
     hllm::reference::attend_head(q.data() + g * head_dim, k.data(), v.data(), n_keys, head_dim,
-                                 scale, expected.data() + g * head_dim);
+                                 scoring, expected.data() + g * head_dim);
   hllm::kernels::table_for(isa).attend_group_for<KV>()(q.data(), k.data(), v.data(), n_keys,
-                                                       head_dim, group, scale, actual.data());
+                                                       head_dim, group, scoring, actual.data());
   EXPECT_TRUE(hllm::test::all_close(actual, expected, 1e-5f))
       << hllm::to_string(isa) << " group " << group << " keys " << n_keys << " head_dim "
       << head_dim;

@@ -35,6 +35,8 @@
     KernelTable t{.isa = Isa::ns,                                                              \
                   .rms_norm = &ns::rms_norm,                                                   \
                   .silu_mul = &ns::silu_mul,                                                   \
+                  .gelu_mul = &ns::gelu_mul,                                                   \
+                  .soft_cap = &ns::soft_cap,                                                   \
                   .rope = &ns::rope,                                                           \
                   .quantize_activations = &ns::quantize_activations};                          \
     const auto set = [&t](DType type, LayoutKernels k) { t.layouts[layout_index(type)] = k; }; \

@@ -98,6 +98,15 @@ inline bool gguf_layers_have(const gguf::File& f, Presence presence, const char*
   return f.find_tensor(std::string("blk.0.") + suffix) != nullptr;
 }
 
+// The score scale llama.cpp gives a family's files: 1/sqrt(head_dim), except Gemma 2 27B's
+// 1/sqrt(dim / n_heads), told by its layer count as llama.cpp tells it. 0: the default.
+inline float gguf_attention_scale(const Architecture& arch, const ModelConfig& c) {
+  if (arch.gguf_width_scaled_layers == 0 || c.n_layers != arch.gguf_width_scaled_layers ||
+      c.resolved_head_dim() * c.n_heads == c.dim)
+    return 0.0f;
+  return 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads));
+}
+
 inline ModelConfig gguf_model_config(const gguf::File& f) {
   const Architecture& arch = gguf_architecture(f);
   const std::string prefix = std::string(arch.gguf) + ".";
@@ -119,7 +128,24 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
       throw Error(ErrorKind::unsupported, "key_length != value_length is not supported", f.path(),
                   key("attention.value_length"));
   }
-  if (arch.gguf_sliding_window) c.sliding_window = f.get_int_or(key("attention.sliding_window"), 0);
+  if (arch.gguf_sliding_window)
+    c.sliding_window = f.get_int_or(key("attention.sliding_window"), arch.default_window);
+  c.sliding_window_pattern = arch.window_pattern;
+  if (f.has(key("attention.sliding_window_pattern"))) {
+    if (f.type_of(key("attention.sliding_window_pattern")) == gguf::ValueType::array)
+      throw Error(ErrorKind::unsupported, "a per-layer array of windowed layers is not supported",
+                  f.path(), key("attention.sliding_window_pattern"));
+    c.sliding_window_pattern = f.get_int(key("attention.sliding_window_pattern"));
+  }
+  c.sandwich_norm = arch.sandwich_norm;
+  c.ffn_activation = arch.activation;
+  c.scale_embeddings = arch.scale_embeddings;
+  if (arch.default_attn_softcap > 0.0f)
+    c.attn_softcap = static_cast<float>(
+        f.get_float_or(key("attn_logit_softcapping"), arch.default_attn_softcap));
+  if (arch.default_final_softcap > 0.0f)
+    c.final_softcap = static_cast<float>(
+        f.get_float_or(key("final_logit_softcapping"), arch.default_final_softcap));
   for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
     if (f.find_tensor(name) != nullptr)
       throw Error(ErrorKind::unsupported, "LongRoPE frequency factors are not supported", f.path(),
@@ -171,7 +197,7 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
     rope.freq_factors.resize(static_cast<std::size_t>(freqs->dims[0]));  // [rot_dims/2]
     std::memcpy(rope.freq_factors.data(), freqs->data, freqs->size_bytes);
   }
-  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.tied_embeddings = arch.tied || f.find_tensor("output.weight") == nullptr;
   try {
     c.validate();
   } catch (const Error& e) {
@@ -193,6 +219,7 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
                 key("vocab_size") + " is " + std::to_string(c.vocab_size) +
                     " but token_embd.weight has " + std::to_string(embd->dims[1]) + " rows",
                 f.path(), key("vocab_size"));
+  c.attention_scale = gguf_attention_scale(arch, c);
   return c;
 }
 
@@ -326,6 +353,28 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
       (arch->qkv_bias == Presence::never && c.qkv_bias) || arch->qk_norm != c.qk_norm)
     throw Error(ErrorKind::unsupported,
                 "GGUF " + c.architecture + " models cannot hold this config's biases or QK-norm");
+  // The variants a family's files do not record: llama.cpp takes them from the architecture.
+  const auto refuse = [&](const std::string& what) {
+    throw Error(ErrorKind::unsupported, "GGUF " + c.architecture + " models cannot hold " + what);
+  };
+  if (c.sandwich_norm != arch->sandwich_norm) refuse("this config's norm placement");
+  if (c.ffn_activation != arch->activation)
+    refuse("the FFN activation " + std::string(gate_activation_name(c.ffn_activation)));
+  if (c.scale_embeddings != arch->scale_embeddings) refuse("this config's embedding scaling");
+  if (c.sliding_window > 0 && c.sliding_window_pattern != arch->window_pattern)
+    refuse("sliding_window_pattern " + std::to_string(c.sliding_window_pattern));
+  if (c.tied_embeddings != arch->tied && arch->tied) refuse("an untied output projection");
+  if ((arch->default_attn_softcap > 0.0f) != (c.attn_softcap > 0.0f) ||
+      (arch->default_final_softcap > 0.0f) != (c.final_softcap > 0.0f))
+    refuse("this config's soft-capping (llama.cpp reads none, or its own default, from them)");
+  if (arch->default_window > 0 && c.sliding_window == 0)
+    refuse("a model without a sliding window (llama.cpp gives it " +
+           std::to_string(arch->default_window) + ")");
+  ModelConfig as_read = c;  // what a reader derives from the shape
+  as_read.attention_scale = detail::gguf_attention_scale(*arch, c);
+  if (c.resolved_attention_scale() != as_read.resolved_attention_scale())
+    refuse("attention scale " + std::to_string(c.resolved_attention_scale()) +
+           " (llama.cpp derives it from the shape)");
   const std::string p = std::string(arch->gguf) + ".";
   const auto u32 = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
   out.set("general.architecture", arch->gguf);
@@ -343,6 +392,8 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   }
   out.set(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
   if (c.sliding_window > 0) out.set(p + "attention.sliding_window", u32(c.sliding_window));
+  if (c.attn_softcap > 0.0f) out.set(p + "attn_logit_softcapping", c.attn_softcap);
+  if (c.final_softcap > 0.0f) out.set(p + "final_logit_softcapping", c.final_softcap);
   out.set(p + "rope.freq_base", c.rope.theta);
   out.set(p + "rope.dimension_count",
           u32(c.rope.rot_dims != 0 ? c.rope.rot_dims : c.resolved_head_dim()));

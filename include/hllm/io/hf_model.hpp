@@ -1,8 +1,8 @@
 #pragma once
 // Hugging Face checkpoints of the families of model/architecture.hpp (Llama, Mistral, Qwen2,
-// Qwen3): config.json + safetensors (one file or shards). load_hf_model() reads the config into
-// a ModelConfig and maps the HF tensor names onto the model's tensors, using the mapped data in
-// place.
+// Qwen3, Phi-3, Gemma 2): config.json + safetensors (one file or shards). load_hf_model() reads the
+// config into a ModelConfig and maps the HF tensor names onto the model's tensors, using the mapped
+// data in place.
 //
 // RoPE layout: HF's attention (every family here) rotates the pairs (i, i + head_dim/2) of each
 // head
@@ -11,10 +11,12 @@
 // same result; tests/test_formats.cpp proves the two agree.) No permutation, no copy.
 //
 // Norm weights and biases must be f32 for the model; a checkpoint that stores them in f16/bf16
-// has just those small vectors converted into an owned buffer. Tensors whose data is not aligned
-// for its element type (legal in safetensors, unusual in practice) are copied to aligned memory
-// too, so typed reads never see a misaligned pointer.
+// has just those small vectors converted into an owned buffer, as do Gemma's norms, stored as w
+// for a norm that scales by 1 + w (the model holds 1 + w, as GGUF files do). Tensors whose data is
+// not aligned for its element type (legal in safetensors, unusual in practice) are copied to
+// aligned memory too, so typed reads never see a misaligned pointer.
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -173,9 +175,18 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
     r.fail(ErrorKind::unsupported,
            "architecture [" + archs + "] is not supported (" + supported_architectures(true) + ")",
            "architectures");
-  if (j.contains("hidden_act") && j.at("hidden_act") != "silu")
-    r.fail(ErrorKind::unsupported, "activation " + j.at("hidden_act").dump() + " (only silu)",
-           "hidden_act");
+  // SiLU families name their activation hidden_act; Gemma's classes read hidden_activation
+  // (GELU's tanh approximation, which transformers also calls gelu_new).
+  if (arch->activation == GateActivation::silu) {
+    if (j.contains("hidden_act") && j.at("hidden_act") != "silu")
+      r.fail(ErrorKind::unsupported, "activation " + j.at("hidden_act").dump() + " (only silu)",
+             "hidden_act");
+  } else if (j.contains("hidden_activation") && j.at("hidden_activation") != "gelu_pytorch_tanh" &&
+             j.at("hidden_activation") != "gelu_new") {
+    r.fail(ErrorKind::unsupported,
+           "activation " + j.at("hidden_activation").dump() + " (only gelu_pytorch_tanh)",
+           "hidden_activation");
+  }
   // Llama's and Qwen3's attention_bias puts a bias on the output projection too, which no
   // block here has; Qwen2's q/k/v biases are not a config key but part of the class.
   if (r.boolean_or("attention_bias", false))
@@ -194,6 +205,23 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   c.architecture = arch->gguf;
   c.qkv_bias = arch->qkv_bias == Presence::always;
   c.qk_norm = arch->qk_norm;
+  c.sandwich_norm = arch->sandwich_norm;
+  c.ffn_activation = arch->activation;
+  c.scale_embeddings = arch->scale_embeddings;
+  c.sliding_window_pattern = arch->window_pattern;
+  // Soft-caps: the class default when absent, none when null.
+  const auto softcap = [&](const char* key, float fallback) {
+    if (fallback == 0.0f) return 0.0f;
+    if (j.contains(key) && j.at(key).is_null()) return 0.0f;
+    return static_cast<float>(r.number_or(key, fallback));
+  };
+  c.attn_softcap = softcap("attn_logit_softcapping", arch->default_attn_softcap);
+  c.final_softcap = softcap("final_logit_softcapping", arch->default_final_softcap);
+  if (r.has("query_pre_attn_scalar")) {  // Gemma: scores scale by its inverse square root
+    const double scalar = r.number("query_pre_attn_scalar");
+    if (!(scalar > 0.0)) r.fail(ErrorKind::format, "must be positive", "query_pre_attn_scalar");
+    c.attention_scale = static_cast<float>(1.0 / std::sqrt(scalar));
+  }
   if (j.contains("model_type") && j.at("model_type").is_string())
     c.name = j.at("model_type").get<std::string>();
   c.dim = r.integer("hidden_size");
@@ -204,7 +232,7 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   c.vocab_size = r.integer("vocab_size");
   c.context_length = r.integer("max_position_embeddings");
   c.rms_eps = static_cast<float>(r.number("rms_norm_eps"));
-  c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+  c.tied_embeddings = r.boolean_or("tie_word_embeddings", arch->tied);
   if (r.has("head_dim")) {
     c.head_dim = r.integer("head_dim");
     if (c.n_heads > 0 && c.head_dim * c.n_heads == c.dim) c.head_dim = 0;  // the default
@@ -250,9 +278,10 @@ struct HfStorage {
   std::vector<AlignedBuffer<std::byte>> owned;
 };
 
+// norm_offset: what the family's norms add to their stored weight (Gemma: 1), added here.
 inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::string& hf_name,
                               const TensorSpec& spec, HfStorage& storage,
-                              const LoadOptions& options) {
+                              const LoadOptions& options, float norm_offset) {
   const safetensors::Checkpoint::Entry* e = ckpt.find(hf_name);
   if (e == nullptr)
     throw Error(ErrorKind::format, "missing tensor (needed for " + spec.name + ")",
@@ -279,13 +308,20 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
   const std::size_t n = static_cast<std::size_t>(t.elements());
   const std::size_t element = t.type == DType::f32 ? 4 : 2;
   const bool aligned = reinterpret_cast<std::uintptr_t>(t.data) % element == 0;
-  if (spec.is_vector() && t.type != DType::f32) {
+  const float offset = spec.role == TensorRole::norm ? norm_offset : 0.0f;
+  if (spec.is_vector() && (t.type != DType::f32 || offset != 0.0f)) {
     AlignedBuffer<std::byte> buf(n * 4);  // [dim] f32
     for (std::size_t i = 0; i < n; ++i) {
-      std::uint16_t bits = 0;
-      std::memcpy(&bits, t.data + 2 * i, 2);
-      const float v =
-          t.type == DType::f16 ? f16::from_bits(bits).to_float() : bf16::from_bits(bits).to_float();
+      float v = 0.0f;
+      if (t.type == DType::f32) {
+        std::memcpy(&v, t.data + 4 * i, 4);
+      } else {
+        std::uint16_t bits = 0;
+        std::memcpy(&bits, t.data + 2 * i, 2);
+        v = t.type == DType::f16 ? f16::from_bits(bits).to_float()
+                                 : bf16::from_bits(bits).to_float();
+      }
+      v += offset;
       std::memcpy(buf.data() + 4 * i, &v, 4);
     }
     storage.owned.push_back(std::move(buf));
@@ -340,18 +376,20 @@ inline HfModel load_hf_model(const ModelConfig& config,
   // allocation.)
   std::set<std::string, std::less<>> used;
   const std::vector<LayerTensor> layer_tensors = hllm::layer_tensors(config);
+  const Architecture* arch = find_architecture(config.architecture);
+  const float norm_offset = arch != nullptr ? arch->hf_norm_offset : 0.0f;
   m.weights = assemble_weights(config, [&](const TensorSpec& spec) {
     if (const std::optional<FusedPart> part = fused_part(config, spec)) {  // Phi-3's qkv_proj
       const std::string layer = spec.name.substr(4, spec.name.find('.', 4) - 4);
       std::string name = "model.layers." + layer + "." + part->hf;
       const TensorSpec whole{part->gguf, part->file_rows, spec.cols, spec.role};
-      WeightTensor w = detail::hf_weight(*checkpoint, name, whole, *storage, options)
+      WeightTensor w = detail::hf_weight(*checkpoint, name, whole, *storage, options, 0.0f)
                            .row_range(part->first_row, spec.rows, spec.name);
       used.insert(std::move(name));
       return w;
     }
     std::string name = detail::hf_tensor_name(layer_tensors, spec);
-    WeightTensor w = detail::hf_weight(*checkpoint, name, spec, *storage, options);
+    WeightTensor w = detail::hf_weight(*checkpoint, name, spec, *storage, options, norm_offset);
     used.insert(std::move(name));
     return w;
   });

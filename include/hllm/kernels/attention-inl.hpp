@@ -118,7 +118,7 @@ inline void scale_add_head(float* out, float scale, float p, const KV* v, std::s
 // ConsecutiveRows or BlockRows), out: [head_dim]
 template <class Rows>
 inline void attend_head(const float* q, const Rows& keys, const Rows& values, std::size_t n_keys,
-                        std::size_t head_dim, float scale, float* out) {
+                        std::size_t head_dim, AttentionScoring scoring, float* out) {
   constexpr std::size_t kTile = 32;
   float scores[kTile];
   float running_max = -std::numeric_limits<float>::infinity();
@@ -128,7 +128,7 @@ inline void attend_head(const float* q, const Rows& keys, const Rows& values, st
     const std::size_t count = std::min(kTile, n_keys - start);
     float tile_max = -std::numeric_limits<float>::infinity();
     for (std::size_t j = 0; j < count; ++j) {
-      scores[j] = dot_head(q, keys(start + j), head_dim) * scale;
+      scores[j] = scoring(dot_head(q, keys(start + j), head_dim));
       tile_max = std::max(tile_max, scores[j]);
     }
     const float new_max = std::max(running_max, tile_max);
@@ -159,7 +159,8 @@ inline void attend_head(const float* q, const Rows& keys, const Rows& values, st
 // q: [G][head_dim], keys, values: n_keys rows, out: [G][head_dim]; head_dim % 16 == 0.
 template <std::size_t G, class Rows>
 inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& values,
-                               std::size_t n_keys, std::size_t head_dim, float scale, float* out) {
+                               std::size_t n_keys, std::size_t head_dim, AttentionScoring scoring,
+                               float* out) {
   constexpr std::size_t kKeys = 16;
   alignas(64) float key_columns[256 * kKeys];  // [head_dim][16 keys], head_dim <= 256
   alignas(64) float p[G][kKeys];
@@ -201,10 +202,12 @@ inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& val
       for (std::size_t d = 0; d < head_dim; d += 4)
         _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) s[i] = _mm512_fmadd_ps(
             _mm512_set1_ps(qg[d + i]), _mm512_load_ps(key_columns + (d + i) * kKeys), s[i]);
-      scores[g] = _mm512_mask_mov_ps(
-          _mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid,
+      __m512 scaled =
           _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])),
-                        _mm512_set1_ps(scale)));
+                        _mm512_set1_ps(scoring.scale));
+      if (scoring.capped()) scaled = soft_capped(scaled, _mm512_set1_ps(scoring.softcap));
+      scores[g] = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid,
+                                     scaled);
       new_max[g] = std::max(running_max[g], _mm512_reduce_max_ps(scores[g]));
     }
     const __m512 new_max_v = _mm512_load_ps(new_max);
@@ -242,40 +245,42 @@ inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& val
 // rows. The tiled kernel above where it applies, else one head at a time.
 template <class Rows>
 inline void attend_group(const float* q, const Rows& keys, const Rows& values, std::size_t n_keys,
-                         std::size_t head_dim, std::size_t group, float scale, float* out) {
+                         std::size_t head_dim, std::size_t group, AttentionScoring scoring,
+                         float* out) {
 #if HLLM_ISA_LEVEL == 2
   if (head_dim % 16 == 0 && head_dim <= 256) {
     switch (group) {
-      case 1: return attend_group_tiles<1>(q, keys, values, n_keys, head_dim, scale, out);
-      case 2: return attend_group_tiles<2>(q, keys, values, n_keys, head_dim, scale, out);
-      case 4: return attend_group_tiles<4>(q, keys, values, n_keys, head_dim, scale, out);
-      case 8: return attend_group_tiles<8>(q, keys, values, n_keys, head_dim, scale, out);
+      case 1: return attend_group_tiles<1>(q, keys, values, n_keys, head_dim, scoring, out);
+      case 2: return attend_group_tiles<2>(q, keys, values, n_keys, head_dim, scoring, out);
+      case 4: return attend_group_tiles<4>(q, keys, values, n_keys, head_dim, scoring, out);
+      case 8: return attend_group_tiles<8>(q, keys, values, n_keys, head_dim, scoring, out);
       default: break;
     }
   }
 #endif
   for (std::size_t g = 0; g < group; ++g)
-    attend_head(q + g * head_dim, keys, values, n_keys, head_dim, scale, out + g * head_dim);
+    attend_head(q + g * head_dim, keys, values, n_keys, head_dim, scoring, out + g * head_dim);
 }
 
 // The table's entries: the cache's element type erased (keys and values are KV rows).
 template <class KV>
 inline void attend_group_rows(const float* q, const void* k, const void* v, std::size_t n,
-                              std::size_t d, std::size_t group, float scale, float* out) {
+                              std::size_t d, std::size_t group, AttentionScoring scoring,
+                              float* out) {
   const ConsecutiveRows<KV> keys{static_cast<const KV*>(k), kv_row_elements<KV>(d)};
   const ConsecutiveRows<KV> values{static_cast<const KV*>(v), kv_row_elements<KV>(d)};
-  attend_group(q, keys, values, n, d, group, scale, out);
+  attend_group(q, keys, values, n, d, group, scoring, out);
 }
 template <class KV>
 inline void attend_head_rows(const float* q, const void* k, const void* v, std::size_t n,
-                             std::size_t d, float scale, float* out) {
+                             std::size_t d, AttentionScoring scoring, float* out) {
   const ConsecutiveRows<KV> keys{static_cast<const KV*>(k), kv_row_elements<KV>(d)};
   const ConsecutiveRows<KV> values{static_cast<const KV*>(v), kv_row_elements<KV>(d)};
-  attend_head(q, keys, values, n, d, scale, out);
+  attend_head(q, keys, values, n, d, scoring, out);
 }
 template <class KV>
 inline void attend_group_paged(const float* q, const KVBlockRows& k, const KVBlockRows& v,
-                               std::size_t n, std::size_t d, std::size_t group, float scale,
-                               float* out) {
-  attend_group(q, BlockRows<KV>(k), BlockRows<KV>(v), n, d, group, scale, out);
+                               std::size_t n, std::size_t d, std::size_t group,
+                               AttentionScoring scoring, float* out) {
+  attend_group(q, BlockRows<KV>(k), BlockRows<KV>(v), n, d, group, scoring, out);
 }

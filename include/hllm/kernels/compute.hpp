@@ -19,6 +19,7 @@
 #include "hllm/core/quant_blocks.hpp"
 #include "hllm/core/thread_pool.hpp"
 #include "hllm/core/weight_tensor.hpp"
+#include "hllm/kernels/activation.hpp"
 #include "hllm/kernels/dispatch.hpp"
 #include "hllm/kernels/reference.hpp"
 #include "hllm/kernels/scratch.hpp"
@@ -100,24 +101,27 @@ class Compute {
           });
   }
 
-  // out = silu(gate · x) ⊙ (up · x), the first half of a SwiGLU, in one pass: x is quantized
+  // out = act(gate · x) ⊙ (up · x), the first half of a gated FFN, in one pass: x is quantized
   // once, each thread computes the same rows of both products and applies the activation to
   // them right away. gate_y, up_y, out: [n_tokens][gate.rows] (out may be gate_y).
-  void gate_up_silu(const WeightTensor& gate, const WeightTensor& up, const float* x,
-                    std::size_t n_tokens, float* gate_y, float* up_y, float* out) const {
+  void gate_up_activated(const WeightTensor& gate, const WeightTensor& up,
+                         GateActivation activation, const float* x, std::size_t n_tokens,
+                         float* gate_y, float* up_y, float* out) const {
     if (up.rows != gate.rows || up.cols != gate.cols)
       throw Error(ErrorKind::internal, "gate and up projections differ in shape", {}, up.name);
     const Product products[] = {{&gate, gate_y}, {&up, up_y}};
     check_scratch(gate, n_tokens);
     const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
     const std::size_t rows = gate.rows;
+    const kernels::GateActivationFn act =
+        activation == GateActivation::silu ? table_->silu_mul : table_->gelu_mul;
     split(rows, kRowGrain, 2 * rows * gate.cols * n_tokens,
           [&](std::size_t begin, std::size_t end, std::size_t thread) {
             rows_of(gate, x, xq, n_tokens, gate_y, begin, end, thread);
             rows_of(up, x, xq, n_tokens, up_y, begin, end, thread);
             for (std::size_t t = 0; t < n_tokens; ++t)
-              table_->silu_mul(gate_y + t * rows + begin, up_y + t * rows + begin, end - begin,
-                               out + t * rows + begin);
+              act(gate_y + t * rows + begin, up_y + t * rows + begin, end - begin,
+                  out + t * rows + begin);
           });
   }
 

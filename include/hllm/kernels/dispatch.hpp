@@ -25,6 +25,7 @@
 #include "hllm/core/half.hpp"
 #include "hllm/core/kv_element.hpp"
 #include "hllm/core/quant_blocks.hpp"
+#include "hllm/kernels/attention_scoring.hpp"
 #include "hllm/kernels/reference.hpp"
 #include "hllm/kernels/scratch.hpp"
 #include "hllm/simd/cpu_features.hpp"
@@ -51,16 +52,19 @@ using RmsNormFn = void (*)(const float* x, const float* weight, std::size_t n, f
 // angles' cos, sin: [rot_dims/2] (see reference::rope).
 using RopeFn = void (*)(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t rot_dims,
                         RopeLayout layout, const float* cos, const float* sin);
-// out[i] = silu(gate[i]) · up[i].   gate, up, out: [n]
-using SiluMulFn = void (*)(const float* gate, const float* up, std::size_t n, float* out);
+// out[i] = act(gate[i]) · up[i], act SiLU or GELU (a gated FFN).   gate, up, out: [n]
+using GateActivationFn = void (*)(const float* gate, const float* up, std::size_t n, float* out);
+// x[i] = cap · tanh(x[i] / cap) in place.   x: [n]
+using SoftCapFn = void (*)(float* x, std::size_t n, float cap);
 // q: [head_dim], keys, values: [n_keys][head_dim] of the cache's element type (KV rows,
 // core/kv_element.hpp), out: [head_dim]
 using AttendHeadFn = void (*)(const float* q, const void* keys, const void* values,
-                              std::size_t n_keys, std::size_t head_dim, float scale, float* out);
+                              std::size_t n_keys, std::size_t head_dim, AttentionScoring scoring,
+                              float* out);
 // `group` query heads that share one KV head: q, out: [group][head_dim].
 using AttendGroupFn = void (*)(const float* q, const void* keys, const void* values,
                                std::size_t n_keys, std::size_t head_dim, std::size_t group,
-                               float scale, float* out);
+                               AttentionScoring scoring, float* out);
 
 // Where the rows of one layer's keys (or values) of one KV head lie in a paged cache
 // (nn/paged_kv_storage.hpp), for an attention call over n_keys rows: row j is position
@@ -80,8 +84,8 @@ struct KVBlockRows {
 // AttendGroupFn on those rows stored one after another, so the results are bit-identical.
 using AttendGroupPagedFn = void (*)(const float* q, const KVBlockRows& keys,
                                     const KVBlockRows& values, std::size_t n_keys,
-                                    std::size_t head_dim, std::size_t group, float scale,
-                                    float* out);
+                                    std::size_t head_dim, std::size_t group,
+                                    AttentionScoring scoring, float* out);
 
 // The attention kernels of one cache element type (core/kv_element.hpp).
 struct AttentionKernels {
@@ -121,7 +125,9 @@ constexpr std::size_t layout_index(DType type) noexcept {
 struct KernelTable {
   Isa isa = Isa::scalar;
   RmsNormFn rms_norm = nullptr;
-  SiluMulFn silu_mul = nullptr;
+  GateActivationFn silu_mul = nullptr;
+  GateActivationFn gelu_mul = nullptr;  // GeGLU, GELU's tanh approximation
+  SoftCapFn soft_cap = nullptr;
   RopeFn rope = nullptr;
   QuantizeFn quantize_activations = nullptr;
   // Indexed by layout_index(type).

@@ -31,13 +31,46 @@ inline VecF32::Reg silu_times(VecF32::Reg g, VecF32::Reg u) {
   return V::mul(V::div(g, V::add(V::set1(1.0f), V::exp(V::mul(g, V::set1(-1.0f))))), u);
 }
 
-// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i].   gate, up, out: [n]
-inline void silu_mul(const float* gate, const float* up, std::size_t n, float* out) {
+// gelu(g)·u with GELU's tanh approximation, as reference::gelu_mul: g / (1 + e^-2z) · u,
+// z = sqrt(2/pi) · (g + 0.044715 g^3), which is g/2 · (1 + tanh z) without its cancellation.
+inline VecF32::Reg gelu_times(VecF32::Reg g, VecF32::Reg u) {
+  using V = VecF32;
+  const typename V::Reg cube = V::mul(V::mul(g, g), g);
+  const typename V::Reg minus_2z =
+      V::mul(V::fma(cube, V::set1(0.044715f), g), V::set1(-2.0f * 0.7978845608028654f));
+  return V::mul(V::div(g, V::add(V::set1(1.0f), V::exp(minus_2z))), u);
+}
+
+// out[i] = times(gate[i], up[i]) lane by lane: one loop for the gated FFN's activations.
+template <VecF32::Reg (*Times)(VecF32::Reg, VecF32::Reg)>
+inline void gate_times_up(const float* gate, const float* up, std::size_t n, float* out) {
   using V = VecF32;
   std::size_t i = 0;
   for (; i + V::lanes <= n; i += V::lanes)
-    V::store(out + i, silu_times(V::load(gate + i), V::load(up + i)));
-  if (i < n) V::store(out + i, silu_times(V::load(gate + i, n - i), V::load(up + i, n - i)), n - i);
+    V::store(out + i, Times(V::load(gate + i), V::load(up + i)));
+  if (i < n) V::store(out + i, Times(V::load(gate + i, n - i), V::load(up + i, n - i)), n - i);
+}
+
+// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i].   gate, up, out: [n]
+inline void silu_mul(const float* gate, const float* up, std::size_t n, float* out) {
+  gate_times_up<&silu_times>(gate, up, n, out);
+}
+
+// out[i] = gelu(gate[i]) * up[i] (GeGLU).   gate, up, out: [n]
+inline void gelu_mul(const float* gate, const float* up, std::size_t n, float* out) {
+  gate_times_up<&gelu_times>(gate, up, n, out);
+}
+
+// x[i] = cap · tanh(x[i] / cap) in place, as reference::soft_cap (VecF32::tanh: ~2 ulp).
+inline VecF32::Reg soft_capped(VecF32::Reg v, VecF32::Reg cap) {
+  return VecF32::mul(cap, VecF32::tanh(VecF32::div(v, cap)));
+}
+inline void soft_cap(float* x, std::size_t n, float cap) {
+  using V = VecF32;
+  const typename V::Reg c = V::set1(cap);
+  std::size_t i = 0;
+  for (; i + V::lanes <= n; i += V::lanes) V::store(x + i, soft_capped(V::load(x + i), c));
+  if (i < n) V::store(x + i, soft_capped(V::load(x + i, n - i), c), n - i);
 }
 
 // RoPE over n_heads heads of head_dim values, the first rot_dims of each rotated (see

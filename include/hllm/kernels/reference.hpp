@@ -19,6 +19,7 @@
 #include "hllm/core/kv_element.hpp"
 #include "hllm/core/quant_blocks.hpp"
 #include "hllm/core/weight_tensor.hpp"
+#include "hllm/kernels/attention_scoring.hpp"
 
 namespace hllm {
 
@@ -275,6 +276,22 @@ inline void silu_mul(const float* gate, const float* up, std::size_t n, float* o
   for (std::size_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+// out[i] = gelu(gate[i]) * up[i] (GeGLU) with GELU's tanh approximation, as Gemma and PyTorch's
+// gelu(approximate="tanh"): gelu(g) = g/2 · (1 + tanh z), z = sqrt(2/pi) · (g + 0.044715 g^3),
+// computed as g / (1 + e^-2z), the same value without 1 + tanh z's cancellation for g < 0.
+inline void gelu_mul(const float* gate, const float* up, std::size_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float g = gate[i], z = kSqrt2OverPi * (g + 0.044715f * g * g * g);
+    out[i] = g / (1.0f + std::exp(-2.0f * z)) * up[i];
+  }
+}
+
+// x[i] = cap · tanh(x[i] / cap), in place: Gemma 2's final-logit soft-capping.   x: [n]
+inline void soft_cap(float* x, std::size_t n, float cap) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 // Rotates the first rot_dims dimensions of each head by the angles whose cos/sin are given
 // (already multiplied by any attention-temperature factor).
 // x: [n_heads][head_dim], cos, sin: [rot_dims/2]
@@ -297,11 +314,11 @@ inline void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_
 inline constexpr std::size_t kAttentionTile = 32;
 
 // One query head against n_keys cached keys/values with a streaming (online) softmax:
-// out = sum_j softmax(scale * q·k_j) v_j, computed tile by tile so no score row is stored.
+// out = sum_j softmax(scoring(q·k_j)) v_j, computed tile by tile so no score row is stored.
 // q: [head_dim], keys, values: [n_keys][head_dim], out: [head_dim]
 template <class KV>
 void attend_head(const float* q, const KV* keys, const KV* values, std::size_t n_keys,
-                 std::size_t head_dim, float scale, float* out) {
+                 std::size_t head_dim, AttentionScoring scoring, float* out) {
   float scores[kAttentionTile];
   float running_max = -std::numeric_limits<float>::infinity();
   float running_sum = 0.0f;
@@ -313,7 +330,7 @@ void attend_head(const float* q, const KV* keys, const KV* values, std::size_t n
       const KV* k = kv_row(keys, start + j, head_dim);
       float dot = 0.0f;
       for (std::size_t d = 0; d < head_dim; ++d) dot += q[d] * kv_value(k, d);
-      scores[j] = dot * scale;
+      scores[j] = scoring(dot);
       tile_max = std::max(tile_max, scores[j]);
     }
     const float new_max = std::max(running_max, tile_max);

@@ -6,9 +6,11 @@
 // the blocks only see the variant fields.
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "hllm/kernels/activation.hpp"
 #include "hllm/kernels/reference.hpp"
 
 namespace hllm {
@@ -21,13 +23,31 @@ enum class Presence {
 };
 
 struct Architecture {
-  const char* gguf;               // general.architecture, and the metadata key prefix
-  std::array<const char*, 2> hf;  // config.json "architectures" names (nullptr: none)
-  RopeLayout gguf_rope;           // rows of q/k in GGUF files (llama.cpp's rope type)
-  Presence qkv_bias;              // biases on the q, k and v projections
-  bool qk_norm;                   // RMSNorm over each q and k head before RoPE
-  bool fused_projections;         // files hold q|k|v and gate|up as one matrix each
-  bool gguf_sliding_window;       // attention.sliding_window of its GGUF files is honoured
+  const char* gguf;                     // general.architecture, and the metadata key prefix
+  std::array<const char*, 2> hf;        // config.json "architectures" names (nullptr: none)
+  RopeLayout gguf_rope;                 // rows of q/k in GGUF files (llama.cpp's rope type)
+  Presence qkv_bias = Presence::never;  // biases on the q, k and v projections
+  bool qk_norm = false;                 // RMSNorm over each q and k head before RoPE
+  bool fused_projections = false;       // files hold q|k|v and gate|up as one matrix each
+  bool gguf_sliding_window = true;      // attention.sliding_window of its GGUF files is honoured
+  // Gemma's variants: sandwich norms, GeGLU, the embedding scaled by sqrt(dim), soft-capped
+  // attention scores and logits (as the files' metadata says), windows on some layers only.
+  bool sandwich_norm = false;
+  GateActivation activation = GateActivation::silu;
+  bool scale_embeddings = false;
+  // GGUF attn_logit_ and final_logit_softcapping are read, these when a file has none; 0:
+  // the family has no soft-capping.
+  float default_attn_softcap = 0.0f;
+  float default_final_softcap = 0.0f;
+  std::int64_t default_window = 0;  // sliding window when a GGUF file names none
+  std::int64_t window_pattern = 0;  // ModelConfig::sliding_window_pattern of the family
+  float hf_norm_offset = 0.0f;      // HF norms scale by offset + w (Gemma: 1); GGUF holds the sum
+  // The output projection is the embedding in every GGUF file of the family (llama.cpp reads
+  // token_embd for it), and config.json's tie_word_embeddings defaults to true.
+  bool tied = false;
+  // llama.cpp scales the scores of files of this many layers (Gemma 2 27B: 46) by
+  // 1/sqrt(dim / n_heads) rather than 1/sqrt(head_dim); 0: never.
+  std::int64_t gguf_width_scaled_layers = 0;
 };
 
 // llama: llama.cpp's converter permutes q/k into interleaved pairs and loads attention biases
@@ -35,25 +55,40 @@ struct Architecture {
 // always has q/k/v biases, Qwen3 never, with per-head QK-norm instead. phi3 keeps the
 // half-split rows and stores attn_qkv (llama.cpp also takes separate q/k/v) and ffn_up as
 // gate|up; llama.cpp ignores its files' sliding window (converters wrote wrong ones), and so
-// does hllm with those files, while a Hugging Face Phi-3 checkpoint keeps its window.
+// does hllm with those files, while a Hugging Face Phi-3 checkpoint keeps its window. gemma2:
+// half-split rows, a 4096 window on the even layers, tied embeddings, and what llama.cpp's
+// gemma2 graph does (llama-model's load_arch_hparams and build_arch_graph).
 inline constexpr Architecture kArchitectures[] = {
-    // gguf, hf, gguf_rope, qkv_bias, qk_norm, fused_projections, gguf_sliding_window
-    {"llama",
-     {"LlamaForCausalLM", "MistralForCausalLM"},
-     RopeLayout::interleaved,
-     Presence::optional,
-     false,
-     false,
-     true},
-    {"qwen2",
-     {"Qwen2ForCausalLM", nullptr},
-     RopeLayout::neox,
-     Presence::always,
-     false,
-     false,
-     true},
-    {"qwen3", {"Qwen3ForCausalLM", nullptr}, RopeLayout::neox, Presence::never, true, false, true},
-    {"phi3", {"Phi3ForCausalLM", nullptr}, RopeLayout::neox, Presence::never, false, true, false},
+    {.gguf = "llama",
+     .hf = {"LlamaForCausalLM", "MistralForCausalLM"},
+     .gguf_rope = RopeLayout::interleaved,
+     .qkv_bias = Presence::optional},
+    {.gguf = "qwen2",
+     .hf = {"Qwen2ForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::neox,
+     .qkv_bias = Presence::always},
+    {.gguf = "qwen3",
+     .hf = {"Qwen3ForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::neox,
+     .qk_norm = true},
+    {.gguf = "phi3",
+     .hf = {"Phi3ForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::neox,
+     .fused_projections = true,
+     .gguf_sliding_window = false},
+    {.gguf = "gemma2",
+     .hf = {"Gemma2ForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::neox,
+     .sandwich_norm = true,
+     .activation = GateActivation::gelu_tanh,
+     .scale_embeddings = true,
+     .default_attn_softcap = 50.0f,
+     .default_final_softcap = 30.0f,
+     .default_window = 4096,
+     .window_pattern = 2,
+     .hf_norm_offset = 1.0f,
+     .tied = true,
+     .gguf_width_scaled_layers = 46},
 };
 
 // The family whose GGUF name is `gguf`, or nullptr.

@@ -4,10 +4,13 @@
 // families (biases, QK-norm, ...) are runtime fields too: a block pays for a variant only when
 // its config turns it on.
 
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "hllm/core/error.hpp"
+#include "hllm/kernels/activation.hpp"
 #include "hllm/nn/rope.hpp"
 
 namespace hllm {
@@ -22,20 +25,40 @@ struct ModelConfig {
   std::int64_t n_heads = 0;
   std::int64_t n_kv_heads = 0;      // = n_heads: MHA; divides n_heads: GQA; 1: MQA
   std::int64_t head_dim = 0;        // 0: dim / n_heads
-  std::int64_t ffn_dim = 0;         // hidden width of the SwiGLU FFN
+  std::int64_t ffn_dim = 0;         // hidden width of the gated FFN
   std::int64_t context_length = 0;  // the longest sequence the model was trained for
   float rms_eps = 1e-5f;
   RopeConfig rope;
   std::int64_t sliding_window = 0;  // 0: none (Mistral 7B v0.1: 4096)
-  bool tied_embeddings = false;     // output projection = token embedding
-  bool qkv_bias = false;            // q, k and v projections add a bias (Qwen2)
-  bool qk_norm = false;             // RMSNorm over each head of q and of k before RoPE (Qwen3)
+  // Which layers the window applies to: 0: every layer; n: layer l when l % n < n - 1, the
+  // last of every n layers attending globally (Gemma 2: 2, the even layers; Gemma 3: 6).
+  std::int64_t sliding_window_pattern = 0;
+  bool tied_embeddings = false;  // output projection = token embedding
+  bool qkv_bias = false;         // q, k and v projections add a bias (Qwen2)
+  bool qk_norm = false;          // RMSNorm over each head of q and of k before RoPE (Qwen3)
+  // Sandwich norms (Gemma 2): the attention and FFN outputs are RMS-normed again before each
+  // joins the residual stream.
+  bool sandwich_norm = false;
+  GateActivation ffn_activation = GateActivation::silu;  // SwiGLU, or GeGLU (Gemma)
+  bool scale_embeddings = false;                         // token embeddings times sqrt(dim) (Gemma)
+  float attention_scale = 0.0f;  // score = q·k · attention_scale; 0: 1/sqrt(head_dim)
+  float attn_softcap = 0.0f;     // score → cap·tanh(score/cap) (Gemma 2: 50); 0: none
+  float final_softcap = 0.0f;    // the same on the logits (Gemma 2: 30); 0: none
 
   std::int64_t resolved_head_dim() const {
     return head_dim != 0 ? head_dim : (n_heads > 0 ? dim / n_heads : 0);
   }
   std::int64_t q_dim() const { return n_heads * resolved_head_dim(); }
   std::int64_t kv_dim() const { return n_kv_heads * resolved_head_dim(); }
+  // The sliding window of layer `layer`: 0 where it attends to the whole context.
+  std::int64_t window_of(std::int64_t layer) const {
+    const std::int64_t n = sliding_window_pattern;
+    return n == 0 || layer % n < n - 1 ? sliding_window : 0;
+  }
+  float resolved_attention_scale() const {
+    return attention_scale != 0.0f ? attention_scale
+                                   : 1.0f / std::sqrt(static_cast<float>(resolved_head_dim()));
+  }
 
   // Throws hllm::Error(invalid_argument) naming the first inconsistent field.
   void validate() const {
@@ -72,6 +95,17 @@ struct ModelConfig {
     if (sliding_window < 0)
       throw Error(ErrorKind::invalid_argument, "model config: sliding_window must be >= 0", {},
                   "sliding_window");
+    if (sliding_window_pattern < 0)
+      throw Error(ErrorKind::invalid_argument, "model config: sliding_window_pattern must be >= 0",
+                  {}, "sliding_window_pattern");
+    for (auto [value, field] : {std::pair{attention_scale, "attention_scale"},
+                                {attn_softcap, "attn_softcap"},
+                                {final_softcap, "final_softcap"}})
+      if (!(value >= 0.0f) || !std::isfinite(value))
+        throw Error(ErrorKind::invalid_argument,
+                    "model config: " + std::string(field) + " = " + std::to_string(value) +
+                        " (must be finite and >= 0; 0: the default)",
+                    {}, field);
     Rope(rope, resolved_head_dim());  // validates rot_dims, theta and scaling
   }
 };

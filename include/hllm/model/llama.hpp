@@ -1,8 +1,10 @@
 #pragma once
-// Llama<Spec>: token embedding → LlamaBlocks → final RMSNorm → output projection (its own matrix
-// or the embedding, tied). The model is immutable after construction and holds only read-only
-// weights, so any number of Sessions (model/session.hpp), on any threads, can share it.
+// Llama<Spec>: token embedding (times sqrt(dim) where the config says: Gemma) → LlamaBlocks →
+// final RMSNorm → output projection (its own matrix or the embedding, tied) → logits, soft-capped
+// where the config says (Gemma 2). The model is immutable after construction and holds only
+// read-only weights, so any number of Sessions (model/session.hpp), on any threads, can share it.
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -102,9 +104,12 @@ class Llama {
       throw Error(ErrorKind::internal, "forward chunk of " + std::to_string(n) + " tokens");
     check_tokens(tokens);
     float* x = scratch.residual.data();
+    const float embedding_scale = std::sqrt(static_cast<float>(dim));
     for (std::size_t t = 0; t < n; ++t) {
       reference::dequantize_row(weights_.token_embedding, static_cast<std::size_t>(tokens[t]),
                                 x + t * dim);
+      if (config_.scale_embeddings)
+        for (std::size_t i = 0; i < dim; ++i) x[t * dim + i] *= embedding_scale;
       rope_.angles(static_cast<std::int64_t>(chunk.position(t)), scratch.cos.data() + t * half_rot,
                    scratch.sin.data() + t * half_rot);
     }
@@ -132,6 +137,8 @@ class Llama {
       compute.matmul(output_weight(), normed, n_rows, logits);
     else
       compute.matmul_exact(output_weight(), normed, n_rows, logits);
+    if (config_.final_softcap > 0.0f)
+      compute.kernels().soft_cap(logits, n_rows * vocab_size(), config_.final_softcap);
   }
 
  private:

@@ -3,8 +3,10 @@
 //   h   = x + Wo · Attention(RoPE(Wq·n), RoPE(Wk·n), Wv·n),   n = RMSNorm(x)
 //   out = h + SwiGLU(RMSNorm(h))
 // with the variants other families add, each a runtime field of ModelConfig: biases on the
-// q/k/v projections (Qwen2: Wq·n + bq, ...) and QK-norm (Qwen3: RoPE(RMSNorm_head(Wq·n)), the
-// norm over each head's head_dim values, one weight vector shared by the heads).
+// q/k/v projections (Qwen2: Wq·n + bq, ...); QK-norm (Qwen3: RoPE(RMSNorm_head(Wq·n)), the
+// norm over each head's head_dim values, one weight vector shared by the heads); sandwich norms
+// (Gemma 2: h = x + RMSNorm(Wo · Attention(...)), out = h + RMSNorm(FFN(RMSNorm(h)))); GeGLU
+// for SwiGLU; the attention's score scale and soft-cap, and a sliding window on some layers.
 // The block owns no activations: the session's scratch holds them, so one block (and one model)
 // serves any number of sequences at once.
 
@@ -18,10 +20,10 @@
 #include "hllm/model/spec.hpp"
 #include "hllm/model/weights.hpp"
 #include "hllm/nn/attention.hpp"
+#include "hllm/nn/gated_ffn.hpp"
 #include "hllm/nn/kv_rotation.hpp"
 #include "hllm/nn/rms_norm.hpp"
 #include "hllm/nn/rope.hpp"
-#include "hllm/nn/swiglu.hpp"
 
 namespace hllm {
 
@@ -59,11 +61,14 @@ class LlamaBlock {
         n_kv_heads_(static_cast<std::size_t>(config.n_kv_heads)),
         qkv_bias_(config.qkv_bias),
         qk_norm_(config.qk_norm),
+        sandwich_norm_(config.sandwich_norm),
+        activation_(config.ffn_activation),
         norm_(config.rms_eps),
-        attention_({static_cast<std::size_t>(config.n_heads),
-                    static_cast<std::size_t>(config.n_kv_heads),
-                    static_cast<std::size_t>(config.resolved_head_dim()),
-                    static_cast<std::size_t>(config.sliding_window)}) {
+        attention_(
+            {static_cast<std::size_t>(config.n_heads), static_cast<std::size_t>(config.n_kv_heads),
+             static_cast<std::size_t>(config.resolved_head_dim()),
+             static_cast<std::size_t>(config.window_of(static_cast<std::int64_t>(layer_index))),
+             config.resolved_attention_scale(), config.attn_softcap}) {
     if constexpr (!std::is_same_v<typename Spec::weight_type, AnyWeight>) {
       constexpr DType want = WeightTensor::dtype_of<typename Spec::weight_type>();
       for (const WeightTensor* t : weights.projections())
@@ -141,12 +146,16 @@ class LlamaBlock {
     if (rotation.active())  // the output of rotated values, turned back (H is its own inverse)
       hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
+    if (sandwich_norm_)
+      normalize_in_place(compute, s.projected.data(), n_tokens, weights_.post_attn_norm);
     add_into(x, s.projected.data(), n_tokens * dim);
 
     norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm.as<float>(),
                   matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
-    SwiGLU::forward(compute, weights_.ffn, s.normed.data(), n_tokens, s.projected.data(),
-                    s.gate.data(), s.up.data());
+    GatedFeedForward::forward(compute, weights_.ffn, activation_, s.normed.data(), n_tokens,
+                              s.projected.data(), s.gate.data(), s.up.data());
+    if (sandwich_norm_)
+      normalize_in_place(compute, s.projected.data(), n_tokens, weights_.post_ffn_norm);
     add_into(x, s.projected.data(), n_tokens * dim);
   }
 
@@ -154,13 +163,20 @@ class LlamaBlock {
   static void add_into(float* x, const float* y, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
   }
+  // y: [n_tokens][dim], RMS-normed with `weight` in place.
+  void normalize_in_place(const Compute& compute, float* y, std::size_t n_tokens,
+                          const WeightTensor& weight) const {
+    norm_.forward(matrix_view<const float>(y, n_tokens, dim_()), weight.as<float>(),
+                  matrix_view(y, n_tokens, dim_()), compute.kernels());
+  }
 
   LayerWeights weights_;
   std::size_t layer_;
   [[no_unique_address]] Size<Spec::dim> dim_;
   [[no_unique_address]] Size<Spec::n_heads> n_heads_;
   [[no_unique_address]] Size<Spec::n_kv_heads> n_kv_heads_;
-  bool qkv_bias_, qk_norm_;
+  bool qkv_bias_, qk_norm_, sandwich_norm_;
+  GateActivation activation_;
   RMSNorm norm_;
   Attention attention_;
 };

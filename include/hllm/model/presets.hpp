@@ -114,20 +114,51 @@ struct Phi3_Mini : ModelSpec<W, KV, 3072, 32, 32, 32, 96, 8192, 32064> {
   }
 };
 
+// Gemma 2 2B: sandwich norms, GeGLU, the embedding times sqrt(dim), soft-capped scores (50) and
+// logits (30), a 4096 window on the even layers, head_dim 256 (q_dim 2048 < dim 2304), tied
+// embeddings over a 256000-token vocabulary.
+template <class W = AnyWeight, class KV = float>
+struct Gemma2_2B : ModelSpec<W, KV, 2304, 26, 8, 4, 256, 9216, 256000> {
+  static ModelConfig config() {
+    ModelConfig c = detail::make("gemma-2-2b", 256000, 2304, 26, 8, 4, 9216, 8192, 10000.0f);
+    c.architecture = "gemma2";
+    c.head_dim = 256;
+    c.rms_eps = 1e-6f;
+    c.tied_embeddings = true;
+    c.rope.layout = RopeLayout::neox;
+    c.sandwich_norm = true;
+    c.ffn_activation = GateActivation::gelu_tanh;
+    c.scale_embeddings = true;
+    c.attn_softcap = 50.0f;
+    c.final_softcap = 30.0f;
+    c.sliding_window = 4096;
+    c.sliding_window_pattern = 2;
+    return c;
+  }
+};
+
 // The same shape with every block variant off: the plain Llama twin of a config, which tells
 // what the variants cost (hllm-bench --plain).
 inline ModelConfig without_variants(ModelConfig c) {
   c.architecture = "llama";
   c.qkv_bias = false;
   c.qk_norm = false;
+  c.sandwich_norm = false;
+  c.ffn_activation = GateActivation::silu;
+  c.scale_embeddings = false;
+  c.attention_scale = 0.0f;
+  c.attn_softcap = 0.0f;
+  c.final_softcap = 0.0f;
+  c.sliding_window = 0;
+  c.sliding_window_pattern = 0;
   c.rope.layout = RopeLayout::interleaved;
   return c;
 }
 
 // Runtime lookup by name (as the benchmark's --preset flag spells them).
 inline std::vector<std::string> names() {
-  return {"tinyllama-1.1b", "llama-2-7b",   "llama-3-8b", "llama-3.2-1b",
-          "mistral-7b",     "qwen2.5-0.5b", "qwen3-0.6b", "phi-3-mini"};
+  return {"tinyllama-1.1b", "llama-2-7b", "llama-3-8b", "llama-3.2-1b", "mistral-7b",
+          "qwen2.5-0.5b",   "qwen3-0.6b", "phi-3-mini", "gemma-2-2b"};
 }
 
 inline ModelConfig by_name(std::string_view name) {
@@ -139,6 +170,7 @@ inline ModelConfig by_name(std::string_view name) {
   if (name == "qwen2.5-0.5b") return Qwen2_5_0_5B<>::config();
   if (name == "qwen3-0.6b") return Qwen3_0_6B<>::config();
   if (name == "phi-3-mini") return Phi3_Mini<>::config();
+  if (name == "gemma-2-2b") return Gemma2_2B<>::config();
   std::string known;
   for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(ErrorKind::invalid_argument,

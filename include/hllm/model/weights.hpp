@@ -24,23 +24,25 @@
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/model/architecture.hpp"
 #include "hllm/model/config.hpp"
-#include "hllm/nn/swiglu.hpp"
+#include "hllm/nn/gated_ffn.hpp"
 
 namespace hllm {
 
 struct LayerWeights {
-  WeightTensor attn_norm;  // [1][dim], f32
-  WeightTensor wq;         // [n_heads*head_dim][dim]
-  WeightTensor wk;         // [n_kv_heads*head_dim][dim]
-  WeightTensor wv;         // [n_kv_heads*head_dim][dim]
-  WeightTensor bq;         // [1][n_heads*head_dim], f32; empty unless config.qkv_bias
-  WeightTensor bk;         // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
-  WeightTensor bv;         // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
-  WeightTensor q_norm;     // [1][head_dim], f32; empty unless config.qk_norm
-  WeightTensor k_norm;     // [1][head_dim], f32; empty unless config.qk_norm
-  WeightTensor wo;         // [dim][n_heads*head_dim]
-  WeightTensor ffn_norm;   // [1][dim], f32
-  FeedForwardWeights ffn;  // gate, up: [ffn_dim][dim]; down: [dim][ffn_dim]
+  WeightTensor attn_norm;       // [1][dim], f32
+  WeightTensor wq;              // [n_heads*head_dim][dim]
+  WeightTensor wk;              // [n_kv_heads*head_dim][dim]
+  WeightTensor wv;              // [n_kv_heads*head_dim][dim]
+  WeightTensor bq;              // [1][n_heads*head_dim], f32; empty unless config.qkv_bias
+  WeightTensor bk;              // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
+  WeightTensor bv;              // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
+  WeightTensor q_norm;          // [1][head_dim], f32; empty unless config.qk_norm
+  WeightTensor k_norm;          // [1][head_dim], f32; empty unless config.qk_norm
+  WeightTensor wo;              // [dim][n_heads*head_dim]
+  WeightTensor post_attn_norm;  // [1][dim], f32; empty unless config.sandwich_norm
+  WeightTensor ffn_norm;        // [1][dim], f32
+  FeedForwardWeights ffn;       // gate, up: [ffn_dim][dim]; down: [dim][ffn_dim]
+  WeightTensor post_ffn_norm;   // [1][dim], f32; empty unless config.sandwich_norm
 
   // The seven projection matrices, the tensors kernels read (and load-time repacking reorders).
   std::array<WeightTensor*, 7> projections() {
@@ -117,14 +119,26 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
   }
   t.push_back({"attn_output.weight", "self_attn.o_proj.weight", R::matrix, dim, q,
                [](L& l) -> WeightTensor& { return l.wo; }});
-  t.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
-               [](L& l) -> WeightTensor& { return l.ffn_norm; }});
+  // Hugging Face calls the FFN's norm post_attention_layernorm, except with sandwich norms
+  // (Gemma 2), where that is the norm after attention and the FFN's is pre_feedforward_.
+  if (c.sandwich_norm) {
+    t.push_back({"post_attention_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
+                 [](L& l) -> WeightTensor& { return l.post_attn_norm; }});
+    t.push_back({"ffn_norm.weight", "pre_feedforward_layernorm.weight", R::norm, 1, dim,
+                 [](L& l) -> WeightTensor& { return l.ffn_norm; }});
+  } else {
+    t.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
+                 [](L& l) -> WeightTensor& { return l.ffn_norm; }});
+  }
   t.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", R::matrix, ffn, dim,
                [](L& l) -> WeightTensor& { return l.ffn.gate; }});
   t.push_back({"ffn_up.weight", "mlp.up_proj.weight", R::matrix, ffn, dim,
                [](L& l) -> WeightTensor& { return l.ffn.up; }});
   t.push_back({"ffn_down.weight", "mlp.down_proj.weight", R::matrix, dim, ffn,
                [](L& l) -> WeightTensor& { return l.ffn.down; }});
+  if (c.sandwich_norm)
+    t.push_back({"post_ffw_norm.weight", "post_feedforward_layernorm.weight", R::norm, 1, dim,
+                 [](L& l) -> WeightTensor& { return l.post_ffn_norm; }});
   return t;
 }
 

@@ -23,6 +23,8 @@ struct AttentionShape {
   std::size_t n_kv_heads = 0;
   std::size_t head_dim = 0;
   std::size_t sliding_window = 0;  // 0: full causal; W: position p sees keys in (p - W, p]
+  float scale = 0.0f;              // score = q·k · scale; 0: 1/sqrt(head_dim)
+  float softcap = 0.0f;            // score → softcap · tanh(score / softcap); 0: none
 };
 
 class Attention {
@@ -30,7 +32,10 @@ class Attention {
   explicit Attention(const AttentionShape& shape)
       : shape_(shape),
         group_(shape.n_kv_heads ? shape.n_heads / shape.n_kv_heads : 0),
-        scale_(shape.head_dim ? 1.0f / std::sqrt(static_cast<float>(shape.head_dim)) : 0.0f) {
+        scoring_(shape.scale != 0.0f ? shape.scale
+                 : shape.head_dim    ? 1.0f / std::sqrt(static_cast<float>(shape.head_dim))
+                                     : 0.0f,
+                 shape.softcap) {
     if (shape.n_heads == 0 || shape.n_kv_heads == 0 || shape.head_dim == 0)
       throw Error(ErrorKind::invalid_argument,
                   "attention: head counts and head_dim must be positive");
@@ -74,7 +79,7 @@ class Attention {
                     [&](std::size_t kv_head, std::size_t h, std::size_t heads, std::size_t n_keys) {
                       attend(q + h * shape_.head_dim, cache.keys(layer, kv_head, first),
                              cache.values(layer, kv_head, first), n_keys, shape_.head_dim, heads,
-                             scale_, out + h * shape_.head_dim);
+                             scoring_, out + h * shape_.head_dim);
                     });
   }
 
@@ -94,7 +99,7 @@ class Attention {
                       attend(q + h * shape_.head_dim,
                              storage.rows_unchecked(blocks, layer, 0, kv_head, first),
                              storage.rows_unchecked(blocks, layer, 1, kv_head, first), n_keys,
-                             shape_.head_dim, heads, scale_, out + h * shape_.head_dim);
+                             shape_.head_dim, heads, scoring_, out + h * shape_.head_dim);
                     });
   }
 
@@ -117,7 +122,7 @@ class Attention {
 
   AttentionShape shape_;
   std::size_t group_;
-  float scale_;
+  AttentionScoring scoring_;
 };
 
 }  // namespace hllm

@@ -8,8 +8,9 @@
 // from float, f16, bf16 or int8; load_nibbles(p, shift): lanes bytes' (p[i] >> shift) & 15 (shift
 // 0 or 4: a Q4_0 block's low or high nibbles); load_e4m3(p): lanes E4M3 bytes as their values
 // times 2^-8 (core/fp8.hpp's e4m3_to_f16_bits, then f16 to float); store(p, v) / store(p, v, n);
-// fma(a, b, c) = a*b + c; add; sub; mul; div; max; exp (vector levels: ~2 ulp, Cephes'
-// polynomial; scalar: std::exp); sum(v).
+// fma(a, b, c) = a*b + c; add; sub; mul; div; max; abs; select_less(a, b, x, y) = a < b ? x : y
+// lane by lane; exp and tanh (vector levels: ~2 ulp, Cephes' polynomials; scalar: std::exp,
+// std::tanh); sum(v).
 
 #if HLLM_ISA_LEVEL >= 1
 // Shared by the vector exp()s below (Cephes' expf): x = n·ln2 + r with |r| <= ln2/2, ln2 split
@@ -29,6 +30,24 @@ inline typename V::Reg exp_polynomial_impl(typename V::Reg r) {
   p = V::fma(p, r, V::set1(1.6666665459e-1f));
   p = V::fma(p, r, V::set1(5.0000001201e-1f));
   return V::add(V::fma(V::mul(p, r), r, r), V::set1(1.0f));
+}
+// Shared by the vector tanh()s (Cephes' tanhf): below |x| = 0.625, x + x·z·P(z) with z = x²
+// (where 1 − 2/(e^2|x| + 1) would lose bits to the subtraction); above, that formula with x's
+// sign, which reaches ±1 exactly as e^2|x| overflows (or nears the AVX2 clamp).
+template <class V>
+inline typename V::Reg tanh_impl(typename V::Reg x) {
+  const typename V::Reg a = V::abs(x), z = V::mul(x, x), one = V::set1(1.0f);
+  typename V::Reg p = V::set1(-5.70498872745e-3f);
+  p = V::fma(p, z, V::set1(2.06390887954e-2f));
+  p = V::fma(p, z, V::set1(-5.37397155531e-2f));
+  p = V::fma(p, z, V::set1(1.33314422036e-1f));
+  p = V::fma(p, z, V::set1(-3.33332819422e-1f));
+  const typename V::Reg small = V::fma(V::mul(p, z), x, x);
+  const typename V::Reg large =
+      V::sub(one, V::div(V::set1(2.0f), V::add(V::exp(V::add(a, a)), one)));  // tanh |x|
+  const typename V::Reg signed_large =
+      V::select_less(x, V::zero(), V::sub(V::zero(), large), large);
+  return V::select_less(a, V::set1(0.625f), small, signed_large);
 }
 #endif
 
@@ -87,6 +106,11 @@ struct VecF32 {
   static void exp_reduce(Reg x, Reg& n, Reg& r) { exp_reduce_impl<VecF32>(x, n, r); }
   static Reg exp_polynomial(Reg r) { return exp_polynomial_impl<VecF32>(r); }
   static Reg max(Reg a, Reg b) { return _mm512_max_ps(a, b); }
+  static Reg abs(Reg a) { return _mm512_abs_ps(a); }
+  static Reg select_less(Reg a, Reg b, Reg if_less, Reg otherwise) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), otherwise, if_less);
+  }
+  static Reg tanh(Reg x) { return tanh_impl<VecF32>(x); }
   // e^x within ~2 ulp (see exp_reduce_impl); 2^n applied by vscalefps, which rounds to 0 and
   // overflows to +inf beyond the float range. The clamp keeps the reduction exact (and maps
   // -inf to 0).
@@ -173,6 +197,11 @@ struct VecF32 {
   static void exp_reduce(Reg x, Reg& n, Reg& r) { exp_reduce_impl<VecF32>(x, n, r); }
   static Reg exp_polynomial(Reg r) { return exp_polynomial_impl<VecF32>(r); }
   static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  static Reg abs(Reg a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  static Reg select_less(Reg a, Reg b, Reg if_less, Reg otherwise) {
+    return _mm256_blendv_ps(otherwise, if_less, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
+  }
+  static Reg tanh(Reg x) { return tanh_impl<VecF32>(x); }
   // e^x within ~2 ulp; x is clamped to [-87.3, 88.7] first (the result's float range), so
   // 2^n can be built by shifting n into the exponent field.
   static Reg exp(Reg x) {
@@ -225,7 +254,12 @@ struct VecF32 {
   static Reg sub(Reg a, Reg b) { return a - b; }
   static Reg div(Reg a, Reg b) { return a / b; }
   static Reg max(Reg a, Reg b) { return std::max(a, b); }
+  static Reg abs(Reg a) { return std::fabs(a); }
+  static Reg select_less(Reg a, Reg b, Reg if_less, Reg otherwise) {
+    return a < b ? if_less : otherwise;
+  }
   static Reg exp(Reg x) { return std::exp(x); }
+  static Reg tanh(Reg x) { return std::tanh(x); }
   static float sum(Reg v) { return v; }
 };
 
