@@ -459,14 +459,24 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
   const Peak peak = peak_for(w.layers.at(0).wq.type, peaks, session.isa());
 
   // Per token: the bytes decode reads (every matrix once; the embedding reads one row) and the
-  // ideal prefill time, each matrix's 2·rows·cols operations at the peak of its own type.
+  // ideal prefill time, each matrix's 2·rows·cols operations at the peak of its own type. Of a
+  // mixture of experts a token reads and runs n_used of n_experts experts (the active
+  // parameters; decode's roofline counts those), plus the router.
+  const double expert_share =
+      config.n_experts > 0 ? double(config.n_experts_used) / double(config.n_experts) : 1.0;
   double weight_bytes = 0, matmul_seconds = 0;
-  for (const auto& layer : w.layers)
-    for (const hllm::WeightTensor* t : layer.projections()) {
-      weight_bytes += double(t->bytes());
-      const Peak p = peak_for(t->type, peaks, session.isa());
-      matmul_seconds += p.ops > 0 ? 2.0 * double(t->rows) * double(t->cols) / p.ops : 0.0;
-    }
+  const auto count = [&](const hllm::WeightTensor& t, double share) {
+    weight_bytes += share * double(t.bytes());
+    const Peak p = peak_for(t.type, peaks, session.isa());
+    matmul_seconds += p.ops > 0 ? share * 2.0 * double(t.rows) * double(t.cols) / p.ops : 0.0;
+  };
+  for (const auto& layer : w.layers) {
+    for (const hllm::WeightTensor* t : layer.projections()) count(*t, 1.0);
+    for (const hllm::FeedForwardWeights& e : layer.experts)
+      for (const hllm::WeightTensor* t : {&e.gate, &e.up, &e.down})
+        count(*t, expert_share - 1.0);  // the loop above counted them whole
+    if (!layer.router.empty()) count(layer.router, 1.0);
+  }
   const hllm::WeightTensor& output = model.output_weight();
   weight_bytes += double(output.bytes());
   const double output_flops = 2.0 * double(output.rows) * double(output.cols);

@@ -159,6 +159,20 @@ TEST(KVStateIdentity, FingerprintFollowsWhatShapesKeysAndValues) {
       {"rope.scaling.original_context",
        [](hllm::ModelConfig& c) { c.rope.scaling.original_context = 128; }},
       {"rope.freq_factors", [](hllm::ModelConfig& c) { c.rope.freq_factors.assign(16, 1.0f); }},
+      {"qkv_bias", [](hllm::ModelConfig& c) { c.qkv_bias = true; }},
+      {"qk_norm", [](hllm::ModelConfig& c) { c.qk_norm = true; }},
+      {"sandwich_norm", [](hllm::ModelConfig& c) { c.sandwich_norm = true; }},
+      {"ffn_activation",
+       [](hllm::ModelConfig& c) { c.ffn_activation = hllm::GateActivation::gelu_tanh; }},
+      {"scale_embeddings", [](hllm::ModelConfig& c) { c.scale_embeddings = true; }},
+      {"attention_scale", [](hllm::ModelConfig& c) { c.attention_scale = 0.1f; }},
+      {"attn_softcap", [](hllm::ModelConfig& c) { c.attn_softcap = 50.0f; }},
+      {"sliding_window_pattern", [](hllm::ModelConfig& c) { c.sliding_window_pattern = 2; }},
+      {"n_experts",
+       [](hllm::ModelConfig& c) {
+         c.n_experts = 4;
+         c.n_experts_used = 2;
+       }},
   };
   for (const auto& [field, edit] : changes) {
     hllm::ModelConfig c = base;
@@ -171,6 +185,7 @@ TEST(KVStateIdentity, FingerprintFollowsWhatShapesKeysAndValues) {
       {"tied_embeddings", [](hllm::ModelConfig& c) { c.tied_embeddings = true; }},
       {"head_dim = dim / n_heads", [](hllm::ModelConfig& c) { c.head_dim = 32; }},
       {"rot_dims = head_dim", [](hllm::ModelConfig& c) { c.rope.rot_dims = 32; }},
+      {"final_softcap", [](hllm::ModelConfig& c) { c.final_softcap = 30.0f; }},
   };
   for (const auto& [field, edit] : same) {
     hllm::ModelConfig c = base;

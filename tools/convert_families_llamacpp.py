@@ -47,13 +47,25 @@ def train_tokenizer(out: Path) -> None:
     out.write_bytes(model.getvalue())
 
 
-# Runs the converter (argv[1], its arguments after it) with torch's missing dtypes stood in.
+# Runs the converter (argv[1], its arguments after it) with torch's missing dtypes stood in,
+# and the vocabulary of classes that read only a byte-level BPE tokenizer (TextModel's default
+# set_vocab: Qwen2-MoE) taken from the SentencePiece model first, as Qwen2Model's own set_vocab
+# does: a tiny BPE tokenizer trained here would not pass the converter's check of known
+# pre-tokenizers. Only the vocabulary comes another way; metadata and tensors are the
+# converter's own.
 RUN_CONVERTER = """
 import runpy, sys, torch
 for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16",
              "uint32", "uint64"):
     if not hasattr(torch, name):
         setattr(torch, name, type(name, (), {})())
+import conversion.base as base
+def set_vocab(self):
+    try:
+        self._set_vocab_sentencepiece()
+    except FileNotFoundError:
+        self._set_vocab_gpt2()
+base.TextModel.set_vocab = set_vocab
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """

@@ -47,9 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_goldens as g  # noqa: E402  (helpers: Rng, rmsnorm, apply_rope, attention, ...)
 
 from safetensors.torch import save_file  # noqa: E402
-from transformers import (Gemma2Config, Gemma2ForCausalLM, Phi3Config, Phi3ForCausalLM,  # noqa: E402
-                          Qwen2Config, Qwen2ForCausalLM)
+from transformers import (Gemma2Config, Gemma2ForCausalLM, MixtralConfig, MixtralForCausalLM,  # noqa: E402
+                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig,
+                          Qwen2MoeForCausalLM)
 from transformers.models.gemma2 import modeling_gemma2  # noqa: E402
+from transformers.models.mixtral import modeling_mixtral  # noqa: E402
+from transformers.models.qwen2_moe import modeling_qwen2_moe  # noqa: E402
 from transformers.models.phi3 import modeling_phi3  # noqa: E402
 from transformers.models.qwen2 import modeling_qwen2  # noqa: E402
 
@@ -85,15 +88,70 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
         w[p + "post_attention_layernorm.weight"] = norm_weight(dim)  # [dim]
         if sandwich:
             w[p + "pre_feedforward_layernorm.weight"] = norm_weight(dim)  # [dim]
-        w[p + "mlp.gate_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
-        w[p + "mlp.up_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
-        w[p + "mlp.down_proj.weight"] = rng.linear(dim, ffn)  # [dim, ffn]
+        if cfg["n_experts"]:
+            w.update(random_experts(rng, cfg, p))
+        else:
+            w[p + "mlp.gate_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
+            w[p + "mlp.up_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
+            w[p + "mlp.down_proj.weight"] = rng.linear(dim, ffn)  # [dim, ffn]
         if sandwich:
             w[p + "post_feedforward_layernorm.weight"] = norm_weight(dim)  # [dim]
     w["model.norm.weight"] = norm_weight(dim)  # [dim]
     if not cfg["tie_word_embeddings"]:
         w["lm_head.weight"] = rng.normal(cfg["vocab_size"], dim, std=1.0 / math.sqrt(dim))  # [vocab, dim]
     return w
+
+
+def expert_names(cfg: dict, p: str, e: int) -> tuple[str, str, str]:
+    """HF names of expert e's gate, up and down in layer prefix p (Mixtral's or Qwen's)."""
+    if cfg["mixtral_names"]:
+        q = p + f"block_sparse_moe.experts.{e}."
+        return q + "w1.weight", q + "w3.weight", q + "w2.weight"
+    q = p + f"mlp.experts.{e}."
+    return q + "gate_proj.weight", q + "up_proj.weight", q + "down_proj.weight"
+
+
+def router_name(cfg: dict, p: str) -> str:
+    return p + ("block_sparse_moe.gate.weight" if cfg["mixtral_names"] else "mlp.gate.weight")
+
+
+def random_experts(rng: g.Rng, cfg: dict, p: str) -> dict:
+    """Router, experts and shared expert of one MoE layer, HF-named."""
+    dim, eff, sff = cfg["hidden_size"], cfg["expert_ffn"], cfg["shared_ffn"]
+    w = {router_name(cfg, p): rng.linear(cfg["n_experts"], dim)}  # [E, dim]
+    for e in range(cfg["n_experts"]):
+        gate, up, down = expert_names(cfg, p, e)
+        w[gate] = rng.linear(eff, dim)  # [eff, dim]
+        w[up] = rng.linear(eff, dim)  # [eff, dim]
+        w[down] = rng.linear(dim, eff)  # [dim, eff]
+    if sff:
+        q = p + "mlp.shared_expert."
+        w[q + "gate_proj.weight"] = rng.linear(sff, dim)  # [sff, dim]
+        w[q + "up_proj.weight"] = rng.linear(sff, dim)  # [sff, dim]
+        w[q + "down_proj.weight"] = rng.linear(dim, sff)  # [dim, sff]
+        w[p + "mlp.shared_expert_gate.weight"] = rng.linear(1, dim)  # [1, dim]
+    return w
+
+
+def moe(w: dict, cfg: dict, p: str, m: torch.Tensor) -> torch.Tensor:
+    """Mixture-of-experts FFN of layer prefix p: softmax router, top-k (ties to the lower index),
+    weights renormalized where the family says, plus the sigmoid-gated shared expert. m: [T, dim]."""
+    probs = torch.softmax(m @ w[router_name(cfg, p)].T, dim=-1)  # [T, E]
+    out = torch.zeros_like(m)  # [T, dim]
+    for t in range(m.shape[0]):
+        order = sorted(range(cfg["n_experts"]), key=lambda e: (-float(probs[t, e]), e))
+        chosen = order[:cfg["n_experts_used"]]
+        weights = probs[t, chosen]  # [k]
+        if cfg["norm_topk"]:
+            weights = weights / weights.sum()
+        for e, weight in zip(chosen, weights):
+            gate, up, down = expert_names(cfg, p, e)
+            out[t] += weight * g.swiglu(m[t:t + 1], w[gate], w[up], w[down])[0]
+    if cfg["shared_ffn"]:
+        q = p + "mlp.shared_expert."
+        shared = g.swiglu(m, w[q + "gate_proj.weight"], w[q + "up_proj.weight"], w[q + "down_proj.weight"])
+        out = out + torch.sigmoid(m @ w[p + "mlp.shared_expert_gate.weight"].T) * shared  # [T, dim]
+    return out
 
 
 def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
@@ -142,13 +200,16 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
         else:
             h = h + a
             m = norm(h, p + "post_attention_layernorm.weight")  # [T, dim]
-        gate = m @ w[p + "mlp.gate_proj.weight"].T  # [T, ffn]
-        up = m @ w[p + "mlp.up_proj.weight"].T  # [T, ffn]
-        if cfg["activation"] == "silu":
-            act = gate / (1.0 + torch.exp(-gate))  # [T, ffn]
-        else:  # GeGLU, GELU's tanh approximation
-            act = 0.5 * gate * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate ** 3)))
-        f = (act * up) @ w[p + "mlp.down_proj.weight"].T  # [T, dim]
+        if cfg["n_experts"]:
+            f = moe(w, cfg, p, m)  # [T, dim]
+        else:
+            gate = m @ w[p + "mlp.gate_proj.weight"].T  # [T, ffn]
+            up = m @ w[p + "mlp.up_proj.weight"].T  # [T, ffn]
+            if cfg["activation"] == "silu":
+                act = gate / (1.0 + torch.exp(-gate))  # [T, ffn]
+            else:  # GeGLU, GELU's tanh approximation
+                act = 0.5 * gate * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate ** 3)))
+            f = (act * up) @ w[p + "mlp.down_proj.weight"].T  # [T, dim]
         h = h + (norm(f, p + "post_feedforward_layernorm.weight") if cfg["sandwich_norm"] else f)
     out = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
     return softcap(norm(h, "model.norm.weight") @ out.T, cfg["final_softcap"])  # [T, vocab]
@@ -160,7 +221,8 @@ def base_config(**kw) -> dict:
                rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, qkv_bias=False,
                qk_norm=False, sandwich_norm=False, activation="silu", embed_scale=False,
                attn_softcap=0.0, final_softcap=0.0, query_pre_attn_scalar=None, sliding_window=0,
-               sliding_pattern=0, norm_offset=0.0)
+               sliding_pattern=0, norm_offset=0.0, n_experts=0, n_experts_used=0, expert_ffn=0,
+               shared_ffn=0, norm_topk=False, mixtral_names=False)
     cfg.update(kw)
     return cfg
 
@@ -172,8 +234,24 @@ class Float64RotaryAnyArgs(g.Float64Rotary):
         return super().forward(x, position_ids)
 
 
+class TorchWithFloat64AsFloat(g._TorchWithFloat64As32):
+    """Also torch.float (the MoE routers' softmax dtype) as float64."""
+
+    float = torch.float64
+
+
+class Float64RotaryBySeqLen(g.Float64Rotary):
+    """g.Float64Rotary for the older rotary API (Mixtral in the pinned transformers):
+    forward(x, seq_len) returns the cos, sin tables [seq_len, hd] of positions 0..seq_len-1."""
+
+    def forward(self, x: torch.Tensor, seq_len: int | None = None, **_):
+        cos, sin = super().forward(x, torch.arange(seq_len)[None])  # [1, T, hd]
+        return cos[0], sin[0]
+
+
 def hf_logits(out: Path, model, module, w: dict, tokens: torch.Tensor, rotary_owners,
-              inv_freq: torch.Tensor) -> torch.Tensor:
+              inv_freq: torch.Tensor, stand_in=g._TorchWithFloat64As32,
+              rotary=Float64RotaryAnyArgs) -> torch.Tensor:
     """Loads w into the HF model, saves the checkpoint to out, returns its float64 logits.
 
     module: the modeling file, whose float32 casts are kept in float64 as gen_goldens.py does;
@@ -190,9 +268,9 @@ def hf_logits(out: Path, model, module, w: dict, tokens: torch.Tensor, rotary_ow
     for owner in rotary_owners(model):
         # HF's own inv_freq is float32; the table is built from the float64 one instead.
         assert torch.allclose(owner.rotary_emb.inv_freq.to(F64), inv_freq, rtol=g.TOL_HF_INV_FREQ)
-        owner.rotary_emb = Float64RotaryAnyArgs(inv_freq)
+        owner.rotary_emb = rotary(inv_freq)
     saved = module.torch
-    module.torch = g._TorchWithFloat64As32()  # RMSNorm / softmax casts stay float64
+    module.torch = stand_in()  # RMSNorm / softmax casts stay float64
     try:
         with torch.no_grad():
             logits = model(tokens[None], use_cache=False).logits[0]  # [T, vocab]
@@ -272,6 +350,30 @@ def hf_gemma2_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> tor
         modeling_gemma2.Gemma2RMSNorm.forward = saved
 
 
+def hf_mixtral_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """MixtralForCausalLM (eager, float64 inside, the router's softmax too) on these weights."""
+    hf_cfg = MixtralConfig(num_local_experts=cfg["n_experts"], num_experts_per_tok=cfg["n_experts_used"],
+                           sliding_window=None, **common_hf_kwargs(cfg))
+    torch.manual_seed(0)
+    model = MixtralForCausalLM(hf_cfg).eval()
+    return hf_logits(out, model, modeling_mixtral, w, tokens,
+                     lambda m: [layer.self_attn for layer in m.model.layers],
+                     g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]), TorchWithFloat64AsFloat,
+                     Float64RotaryBySeqLen)
+
+
+def hf_qwen2moe_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """Qwen2MoeForCausalLM on these weights: q/k/v biases, shared expert, no renormalization."""
+    hf_cfg = Qwen2MoeConfig(num_experts=cfg["n_experts"], num_experts_per_tok=cfg["n_experts_used"],
+                            moe_intermediate_size=cfg["expert_ffn"],
+                            shared_expert_intermediate_size=cfg["shared_ffn"], norm_topk_prob=cfg["norm_topk"],
+                            use_sliding_window=False, **common_hf_kwargs(cfg))
+    torch.manual_seed(0)
+    model = Qwen2MoeForCausalLM(hf_cfg).eval()
+    return hf_logits(out, model, modeling_qwen2_moe, w, tokens, lambda m: [m.model],
+                     g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]), TorchWithFloat64AsFloat)
+
+
 def write_qwen3_checkpoint(out: Path, w: dict, cfg: dict) -> None:
     """config.json with Qwen3Config's keys and model.safetensors with Qwen3ForCausalLM's names."""
     out.mkdir(parents=True, exist_ok=True)
@@ -297,7 +399,8 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
     w = random_checkpoint(rng, cfg)
     ref = decoder_logits(w, cfg, tokens)  # [T, vocab]
     note = "textbook float64 only (class not in the pinned transformers)"
-    hf_forward = {"qwen2": hf_qwen2_logits, "phi3": hf_phi3_logits, "gemma2": hf_gemma2_logits}
+    hf_forward = {"qwen2": hf_qwen2_logits, "phi3": hf_phi3_logits, "gemma2": hf_gemma2_logits,
+                  "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits}
     if name in hf_forward:
         hf = hf_forward[name](out, w, cfg, tokens)
         err = g.assert_close(f"{name} textbook vs HF", ref, hf, g.TOL_F64)
@@ -326,6 +429,13 @@ def main(argv: list[str]) -> int:
                                          embed_scale=True, tie_word_embeddings=True, attn_softcap=5.0,
                                          final_softcap=3.0, query_pre_attn_scalar=16, sliding_window=8,
                                          sliding_pattern=2, norm_offset=1.0, rope_theta=10000.0))
+    # Mixtral (llama files with experts): 4 experts, top-2, the chosen weights renormalized.
+    gen_family("mixtral", 15, base_config(n_experts=4, n_experts_used=2, expert_ffn=96, norm_topk=True,
+                                          mixtral_names=True))
+    # Qwen2-MoE: 4 experts of width 64, top-2 not renormalized, a shared expert of 160 with its
+    # sigmoid gate, q/k/v biases.
+    gen_family("qwen2moe", 16, base_config(n_experts=4, n_experts_used=2, expert_ffn=64, shared_ffn=160,
+                                           qkv_bias=True))
     return 0
 
 

@@ -45,9 +45,10 @@ inline ModelConfig synthetic_config(const std::string& name, bool plain = false)
   return c;
 }
 
-// The type a tensor is stored as: vectors (norms, biases) stay float32.
+// The type a tensor is stored as: vectors (norms, biases) and routers stay float32, as
+// llama-quantize leaves them.
 inline DType synthetic_dtype(const TensorSpec& s, DType type) {
-  return s.is_vector() ? DType::f32 : type;
+  return s.is_vector() || s.name.ends_with(".ffn_gate_inp.weight") ? DType::f32 : type;
 }
 
 // Tensor `index` of model_tensor_specs(), in its stored type's GGUF layout.

@@ -81,7 +81,17 @@ inline ConvertedModel convert_model(const ModelConfig& config, const ModelWeight
         reference::dequantize_row(t, source, values.data() + r * t.cols);
       }
     }
-    const DType stored = spec.is_vector() ? DType::f32 : type;
+    // Vectors are F32 in memory; so is a router, which llama-quantize never quantizes either
+    // (a rounded router picks other experts).
+    const bool router = spec.name.ends_with(".ffn_gate_inp.weight");
+    const DType stored = spec.is_vector() || router ? DType::f32 : type;
+    if (DTypeInfo stored_info{};
+        dtype_info(stored, stored_info) && t.cols % stored_info.block_elements != 0)
+      throw Error(ErrorKind::unsupported,
+                  "rows of " + std::to_string(t.cols) + " values do not split into " +
+                      dtype_name(stored) + " blocks of " +
+                      std::to_string(stored_info.block_elements),
+                  {}, spec.name);
     storage->push_back(quant::quantize(stored, values));
     converted.push_back({stored, storage->back().data(), t.rows, t.cols, spec.name});
     detail::report_progress(progress, stage, converted.size(), specs.size(), spec.name);

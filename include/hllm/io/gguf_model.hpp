@@ -74,7 +74,11 @@ inline std::string gguf_key_of_config_field(const std::string& field) {
       {"context_length", "context_length"},
       {"head_dim", "attention.key_length"},
       {"rms_eps", "attention.layer_norm_rms_epsilon"},
-      {"sliding_window", "attention.sliding_window"}};
+      {"sliding_window", "attention.sliding_window"},
+      {"n_experts", "expert_count"},
+      {"n_experts_used", "expert_used_count"},
+      {"expert_ffn_dim", "expert_feed_forward_length"},
+      {"shared_expert_ffn_dim", "expert_shared_feed_forward_length"}};
   for (const auto& [ours, key] : kKeys)
     if (field == ours) return key;
   return field;
@@ -136,6 +140,22 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
       throw Error(ErrorKind::unsupported, "a per-layer array of windowed layers is not supported",
                   f.path(), key("attention.sliding_window_pattern"));
     c.sliding_window_pattern = f.get_int(key("attention.sliding_window_pattern"));
+  }
+  // Experts: llama.cpp's keys; a missing expert width is ffn / n_used in qwen2moe files (as
+  // llama.cpp reads them) and the FFN's in llama files (Mixtral's feed_forward_length).
+  c.n_experts = f.get_int_or(key("expert_count"), 0);
+  if (c.n_experts > 0) {
+    c.n_experts_used = f.get_int(key("expert_used_count"));
+    c.expert_weights_normalized = f.has(key("expert_weights_norm"))
+                                      ? f.get_bool(key("expert_weights_norm"))
+                                      : arch.expert_weights_normalized;
+    if (f.has(key("expert_feed_forward_length")))
+      c.expert_ffn_dim = f.get_int(key("expert_feed_forward_length"));
+    else if (arch.shared_expert && c.n_experts_used > 0)
+      c.expert_ffn_dim = f.get_int(key("feed_forward_length")) / c.n_experts_used;
+    if (arch.shared_expert)
+      c.shared_expert_ffn_dim = f.get_int_or(key("expert_shared_feed_forward_length"),
+                                             f.get_int(key("feed_forward_length")));
   }
   c.sandwich_norm = arch.sandwich_norm;
   c.ffn_activation = arch.activation;
@@ -241,19 +261,23 @@ inline WeightTensor gguf_weight(const gguf::File& f, const TensorSpec& spec,
   // GGUF dims are [cols, rows, 1, ...]: ne0 is the innermost (contiguous) dimension.
   std::uint64_t rows = 1;
   for (std::size_t d = 1; d < t->dims.size(); ++d) rows *= t->dims[d];
-  if (spec.is_vector() && t->dims.size() != 1)
+  // (A vector may carry trailing dimensions of 1, as converters write [1, dim] Linear weights.)
+  if (spec.is_vector() && rows != 1)
     throw Error(ErrorKind::format,
-                "a " + std::string(spec.role == TensorRole::norm ? "norm" : "bias") +
-                    " must be 1-D, the tensor has " + std::to_string(t->dims.size()) +
-                    " dimensions",
+                "a " + std::string(role_name(spec.role)) + " must be 1-D, the tensor has " +
+                    std::to_string(t->dims.size()) + " dimensions",
                 f.path(), spec.name);
-  if (t->dims[0] != spec.cols || rows != spec.rows) {
+  const bool stacking_ok = spec.stacked == 0 || (t->dims.size() == 3 && t->dims[2] == spec.stacked);
+  if (t->dims[0] != spec.cols || rows != spec.rows || !stacking_ok) {
     std::string shape;
     for (std::size_t d = 0; d < t->dims.size(); ++d)
       shape += (d ? ", " : "") + std::to_string(t->dims[d]);
+    const std::string want = spec.stacked == 0 ? std::to_string(spec.rows)
+                                               : std::to_string(spec.rows / spec.stacked) + ", " +
+                                                     std::to_string(spec.stacked);
     throw Error(ErrorKind::format,
                 "shape [" + shape + "] (GGUF order) disagrees with the metadata, which implies [" +
-                    std::to_string(spec.cols) + ", " + std::to_string(spec.rows) + "]",
+                    std::to_string(spec.cols) + ", " + want + "]",
                 f.path(), spec.name);
   }
   // Plain float tensors are read through typed pointers, so they must sit at an address
@@ -303,12 +327,13 @@ inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file,
   m.weights = assemble_weights(m.config, [&](const TensorSpec& spec) {
     // A part of a fused tensor (phi3) is a view of its rows; llama.cpp also reads phi3 files
     // that hold q, k and v apart.
+    // So are the experts of a layer stacked in one 3-D tensor; older files (and llama.cpp)
+    // also hold them one tensor per expert.
     const std::optional<FusedPart> part = fused_part(m.config, spec);
-    const bool apart =
-        part && part->gguf.ends_with("attn_qkv.weight") && file->find_tensor(spec.name) != nullptr;
+    const bool apart = part && part->gguf != spec.name && file->find_tensor(spec.name) != nullptr;
     WeightTensor w;
     if (part && !apart) {
-      const TensorSpec whole{part->gguf, part->file_rows, spec.cols, spec.role};
+      const TensorSpec whole{part->gguf, part->file_rows, spec.cols, spec.role, part->stacked};
       w = detail::gguf_weight(*file, whole, options)
               .row_range(part->first_row, spec.rows, spec.name);
       used.insert(part->gguf);
@@ -364,6 +389,13 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   if (c.sliding_window > 0 && c.sliding_window_pattern != arch->window_pattern)
     refuse("sliding_window_pattern " + std::to_string(c.sliding_window_pattern));
   if (c.tied_embeddings != arch->tied && arch->tied) refuse("an untied output projection");
+  if (c.n_experts > 0 && c.expert_weights_normalized != arch->expert_weights_normalized)
+    refuse(std::string(c.expert_weights_normalized ? "renormalized" : "unnormalized") +
+           " expert weights");
+  if (c.n_experts > 0 && !arch->shared_expert && c.resolved_expert_ffn_dim() != c.ffn_dim)
+    refuse("experts narrower than feed_forward_length");
+  if (c.n_experts > 0 && (c.shared_expert_ffn_dim > 0) != arch->shared_expert)
+    refuse(c.shared_expert_ffn_dim > 0 ? "a shared expert" : "experts without a shared one");
   if ((arch->default_attn_softcap > 0.0f) != (c.attn_softcap > 0.0f) ||
       (arch->default_final_softcap > 0.0f) != (c.final_softcap > 0.0f))
     refuse("this config's soft-capping (llama.cpp reads none, or its own default, from them)");
@@ -394,6 +426,14 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   if (c.sliding_window > 0) out.set(p + "attention.sliding_window", u32(c.sliding_window));
   if (c.attn_softcap > 0.0f) out.set(p + "attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0.0f) out.set(p + "final_logit_softcapping", c.final_softcap);
+  if (c.n_experts > 0) {
+    out.set(p + "expert_count", u32(c.n_experts));
+    out.set(p + "expert_used_count", u32(c.n_experts_used));
+    if (arch->shared_expert)  // else llama.cpp takes feed_forward_length (checked above)
+      out.set(p + "expert_feed_forward_length", u32(c.resolved_expert_ffn_dim()));
+    if (c.shared_expert_ffn_dim > 0)
+      out.set(p + "expert_shared_feed_forward_length", u32(c.shared_expert_ffn_dim));
+  }
   out.set(p + "rope.freq_base", c.rope.theta);
   out.set(p + "rope.dimension_count",
           u32(c.rope.rot_dims != 0 ? c.rope.rot_dims : c.resolved_head_dim()));
@@ -489,7 +529,9 @@ inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& 
                       {}, p->name);
         bytes += p->bytes();
       }
-      out.add_tensor(part->gguf, t.type, {t.cols, part->file_rows}, bytes,
+      std::vector<std::uint64_t> dims{t.cols, part->file_rows};
+      if (part->stacked > 0) dims = {t.cols, part->file_rows / part->stacked, part->stacked};
+      out.add_tensor(part->gguf, t.type, std::move(dims), bytes,
                      [parts](std::span<std::byte> data) {
                        std::size_t offset = 0;
                        for (const WeightTensor* p : parts) {

@@ -239,6 +239,22 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   }
   c.sliding_window = window_flagged ? 0 : r.integer_or("sliding_window", 0);  // Mistral; null: none
 
+  // Experts: Mixtral's num_local_experts (intermediate_size is an expert's width), Qwen2-MoE's
+  // num_experts with moe_intermediate_size and shared_expert_intermediate_size.
+  if (r.has("num_local_experts") || r.has("num_experts")) {
+    c.n_experts =
+        r.has("num_local_experts") ? r.integer("num_local_experts") : r.integer("num_experts");
+    c.n_experts_used = r.integer("num_experts_per_tok");
+    c.expert_weights_normalized = r.boolean_or("norm_topk_prob", arch->expert_weights_normalized);
+    if (r.has("moe_intermediate_size")) c.expert_ffn_dim = r.integer("moe_intermediate_size");
+    if (arch->shared_expert) c.shared_expert_ffn_dim = r.integer("shared_expert_intermediate_size");
+    if (r.integer_or("decoder_sparse_step", 1) != 1)
+      r.fail(ErrorKind::unsupported, "dense layers between expert layers are not supported",
+             "decoder_sparse_step");
+    if (j.contains("mlp_only_layers") && !j.at("mlp_only_layers").empty())
+      r.fail(ErrorKind::unsupported, "dense layers between expert layers are not supported",
+             "mlp_only_layers");
+  }
   // HF's rotate_half pairs (i, i + head_dim/2): the neox layout, weights as stored.
   c.rope.layout = RopeLayout::neox;
   c.rope.theta = static_cast<float>(r.number_or("rope_theta", 10000.0));
@@ -288,9 +304,12 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
                 ckpt.files().empty() ? std::string() : ckpt.files().front()->path(), hf_name);
   const safetensors::TensorInfo& t = *e->tensor;
   // Vectors are 1-D [n]; matrices 2-D [rows, cols] (PyTorch's [out_features, in_features]).
-  const bool shape_ok = spec.is_vector() ? (t.shape.size() == 1 && t.shape[0] == spec.cols)
-                                         : (t.shape.size() == 2 && t.shape[0] == spec.rows &&
-                                            t.shape[1] == spec.cols);
+  // (A vector may also be [1, n]: Qwen2-MoE's shared_expert_gate is a Linear(dim, 1).)
+  const bool shape_ok =
+      spec.is_vector()
+          ? ((t.shape.size() == 1 && t.shape[0] == spec.cols) ||
+             (t.shape.size() == 2 && t.shape[0] == 1 && t.shape[1] == spec.cols))
+          : (t.shape.size() == 2 && t.shape[0] == spec.rows && t.shape[1] == spec.cols);
   if (!shape_ok) {
     std::string shape;
     for (std::size_t d = 0; d < t.shape.size(); ++d)
@@ -379,7 +398,8 @@ inline HfModel load_hf_model(const ModelConfig& config,
   const Architecture* arch = find_architecture(config.architecture);
   const float norm_offset = arch != nullptr ? arch->hf_norm_offset : 0.0f;
   m.weights = assemble_weights(config, [&](const TensorSpec& spec) {
-    if (const std::optional<FusedPart> part = fused_part(config, spec)) {  // Phi-3's qkv_proj
+    if (const std::optional<FusedPart> part = fused_part(config, spec);
+        part && part->hf != nullptr) {  // Phi-3's qkv_proj
       const std::string layer = spec.name.substr(4, spec.name.find('.', 4) - 4);
       std::string name = "model.layers." + layer + "." + part->hf;
       const TensorSpec whole{part->gguf, part->file_rows, spec.cols, spec.role};

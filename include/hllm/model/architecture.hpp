@@ -24,7 +24,7 @@ enum class Presence {
 
 struct Architecture {
   const char* gguf;                     // general.architecture, and the metadata key prefix
-  std::array<const char*, 2> hf;        // config.json "architectures" names (nullptr: none)
+  std::array<const char*, 3> hf;        // config.json "architectures" names (nullptr: none)
   RopeLayout gguf_rope;                 // rows of q/k in GGUF files (llama.cpp's rope type)
   Presence qkv_bias = Presence::never;  // biases on the q, k and v projections
   bool qk_norm = false;                 // RMSNorm over each q and k head before RoPE
@@ -45,6 +45,12 @@ struct Architecture {
   // The output projection is the embedding in every GGUF file of the family (llama.cpp reads
   // token_embd for it), and config.json's tie_word_embeddings defaults to true.
   bool tied = false;
+  // Mixture of experts: the chosen experts' weights renormalized (ModelConfig's field), and
+  // Mixtral's Hugging Face names (block_sparse_moe.experts.E.w1/w3/w2) rather than Qwen's
+  // (mlp.experts.E.gate_proj/up_proj/down_proj).
+  bool expert_weights_normalized = false;
+  bool hf_mixtral_experts = false;
+  bool shared_expert = false;  // MoE layers also have a sigmoid-gated shared expert
   // llama.cpp scales the scores of files of this many layers (Gemma 2 27B: 46) by
   // 1/sqrt(dim / n_heads) rather than 1/sqrt(head_dim); 0: never.
   std::int64_t gguf_width_scaled_layers = 0;
@@ -57,12 +63,16 @@ struct Architecture {
 // gate|up; llama.cpp ignores its files' sliding window (converters wrote wrong ones), and so
 // does hllm with those files, while a Hugging Face Phi-3 checkpoint keeps its window. gemma2:
 // half-split rows, a 4096 window on the even layers, tied embeddings, and what llama.cpp's
-// gemma2 graph does (llama-model's load_arch_hparams and build_arch_graph).
+// gemma2 graph does (llama-model's load_arch_hparams and build_arch_graph). Experts: llama
+// files hold Mixtral's (renormalized, as llama.cpp's llama graph has it), qwen2moe files
+// Qwen2-MoE's (not renormalized, with a sigmoid-gated shared expert).
 inline constexpr Architecture kArchitectures[] = {
     {.gguf = "llama",
-     .hf = {"LlamaForCausalLM", "MistralForCausalLM"},
+     .hf = {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"},
      .gguf_rope = RopeLayout::interleaved,
-     .qkv_bias = Presence::optional},
+     .qkv_bias = Presence::optional,
+     .expert_weights_normalized = true,
+     .hf_mixtral_experts = true},
     {.gguf = "qwen2",
      .hf = {"Qwen2ForCausalLM", nullptr},
      .gguf_rope = RopeLayout::neox,
@@ -71,6 +81,11 @@ inline constexpr Architecture kArchitectures[] = {
      .hf = {"Qwen3ForCausalLM", nullptr},
      .gguf_rope = RopeLayout::neox,
      .qk_norm = true},
+    {.gguf = "qwen2moe",
+     .hf = {"Qwen2MoeForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::neox,
+     .qkv_bias = Presence::always,
+     .shared_expert = true},
     {.gguf = "phi3",
      .hf = {"Phi3ForCausalLM", nullptr},
      .gguf_rope = RopeLayout::neox,

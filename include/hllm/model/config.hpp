@@ -44,6 +44,17 @@ struct ModelConfig {
   float attention_scale = 0.0f;  // score = q·k · attention_scale; 0: 1/sqrt(head_dim)
   float attn_softcap = 0.0f;     // score → cap·tanh(score/cap) (Gemma 2: 50); 0: none
   float final_softcap = 0.0f;    // the same on the logits (Gemma 2: 30); 0: none
+  // Mixture of experts (Mixtral, Qwen2-MoE): n_experts > 0 replaces every layer's FFN by
+  // n_experts gated FFNs of expert_ffn_dim, of which a router (softmax over the experts' logits)
+  // picks the n_experts_used best per token; the output is their sum weighted by those
+  // probabilities, renormalized to sum 1 where expert_weights_normalized (Mixtral).
+  std::int64_t n_experts = 0;
+  std::int64_t n_experts_used = 0;
+  std::int64_t expert_ffn_dim = 0;  // 0: ffn_dim
+  bool expert_weights_normalized = false;
+  // A shared expert of this width beside them, run for every token, its output times
+  // sigmoid(w · x) (Qwen2-MoE); 0: none.
+  std::int64_t shared_expert_ffn_dim = 0;
 
   std::int64_t resolved_head_dim() const {
     return head_dim != 0 ? head_dim : (n_heads > 0 ? dim / n_heads : 0);
@@ -54,6 +65,9 @@ struct ModelConfig {
   std::int64_t window_of(std::int64_t layer) const {
     const std::int64_t n = sliding_window_pattern;
     return n == 0 || layer % n < n - 1 ? sliding_window : 0;
+  }
+  std::int64_t resolved_expert_ffn_dim() const {
+    return expert_ffn_dim != 0 ? expert_ffn_dim : ffn_dim;
   }
   float resolved_attention_scale() const {
     return attention_scale != 0.0f ? attention_scale
@@ -98,6 +112,20 @@ struct ModelConfig {
     if (sliding_window_pattern < 0)
       throw Error(ErrorKind::invalid_argument, "model config: sliding_window_pattern must be >= 0",
                   {}, "sliding_window_pattern");
+    if (n_experts != 0) {
+      positive(n_experts, "n_experts");
+      positive(n_experts_used, "n_experts_used");
+      if (n_experts_used > n_experts)
+        throw Error(ErrorKind::invalid_argument,
+                    "model config: n_experts_used (" + std::to_string(n_experts_used) +
+                        ") exceeds n_experts (" + std::to_string(n_experts) + ")",
+                    {}, "n_experts_used");
+      if (expert_ffn_dim != 0) positive(expert_ffn_dim, "expert_ffn_dim");
+      if (shared_expert_ffn_dim != 0) positive(shared_expert_ffn_dim, "shared_expert_ffn_dim");
+    } else if (n_experts_used != 0 || shared_expert_ffn_dim != 0) {
+      throw Error(ErrorKind::invalid_argument,
+                  "model config: experts used or shared without n_experts", {}, "n_experts");
+    }
     for (auto [value, field] : {std::pair{attention_scale, "attention_scale"},
                                 {attn_softcap, "attn_softcap"},
                                 {final_softcap, "final_softcap"}})

@@ -21,9 +21,12 @@
 namespace hllm {
 
 // The most input features any matmul of the model has: dim (Q, K, V, gate, up, output), q_dim
-// (the attention output), ffn_dim (down). Sizes the kernels' scratch and the 8-bit activations.
+// (the attention output), ffn_dim or an expert's (down). Sizes the kernels' scratch and the
+// 8-bit activations.
 inline std::size_t widest_matmul_input(const ModelConfig& c) {
-  return static_cast<std::size_t>(std::max({c.dim, c.q_dim(), c.ffn_dim}));
+  return static_cast<std::size_t>(
+      std::max({c.dim, c.q_dim(), c.ffn_dim, c.n_experts > 0 ? c.resolved_expert_ffn_dim() : 0,
+                c.shared_expert_ffn_dim}));
 }
 
 // Throws invalid_argument, naming `what`, unless 1 <= n <= 65536: the tokens of one forward

@@ -6,10 +6,12 @@
 // q/k/v projections (Qwen2: Wq·n + bq, ...); QK-norm (Qwen3: RoPE(RMSNorm_head(Wq·n)), the
 // norm over each head's head_dim values, one weight vector shared by the heads); sandwich norms
 // (Gemma 2: h = x + RMSNorm(Wo · Attention(...)), out = h + RMSNorm(FFN(RMSNorm(h)))); GeGLU
-// for SwiGLU; the attention's score scale and soft-cap, and a sliding window on some layers.
+// for SwiGLU; the attention's score scale and soft-cap, and a sliding window on some layers; a
+// mixture of experts for the FFN (nn/moe.hpp: Mixtral, Qwen2-MoE).
 // The block owns no activations: the session's scratch holds them, so one block (and one model)
 // serves any number of sequences at once.
 
+#include <algorithm>
 #include <cstddef>
 #include <type_traits>
 
@@ -22,6 +24,7 @@
 #include "hllm/nn/attention.hpp"
 #include "hllm/nn/gated_ffn.hpp"
 #include "hllm/nn/kv_rotation.hpp"
+#include "hllm/nn/moe.hpp"
 #include "hllm/nn/rms_norm.hpp"
 #include "hllm/nn/rope.hpp"
 
@@ -37,8 +40,19 @@ struct BlockScratch {
         v(capacity_tokens * c.kv_dim()),
         attn(capacity_tokens * c.q_dim()),
         projected(capacity_tokens * c.dim),
-        gate(capacity_tokens * c.ffn_dim),
-        up(capacity_tokens * c.ffn_dim) {}
+        gate(capacity_tokens * ffn_width(c)),
+        up(capacity_tokens * ffn_width(c)),
+        moe(c.n_experts > 0 ? MoeScratch(capacity_tokens, c.dim, expert_routing(c))
+                            : MoeScratch()) {}
+  // The widest FFN a token runs: the dense one, an expert or the shared expert.
+  static std::size_t ffn_width(const ModelConfig& c) {
+    if (c.n_experts == 0) return c.ffn_dim;
+    return std::max(c.resolved_expert_ffn_dim(), c.shared_expert_ffn_dim);
+  }
+  static ExpertRouting expert_routing(const ModelConfig& c) {
+    return {static_cast<std::size_t>(c.n_experts), static_cast<std::size_t>(c.n_experts_used),
+            c.expert_weights_normalized};
+  }
   std::size_t max_tokens;
   AlignedBuffer<float> normed;     // [T][dim]
   AlignedBuffer<float> q;          // [T][n_heads][head_dim]
@@ -46,8 +60,9 @@ struct BlockScratch {
   AlignedBuffer<float> v;          // [T][n_kv_heads][head_dim]
   AlignedBuffer<float> attn;       // [T][n_heads][head_dim]
   AlignedBuffer<float> projected;  // [T][dim]
-  AlignedBuffer<float> gate;       // [T][ffn_dim]
-  AlignedBuffer<float> up;         // [T][ffn_dim]
+  AlignedBuffer<float> gate;       // [T][ffn_width]
+  AlignedBuffer<float> up;         // [T][ffn_width]
+  MoeScratch moe;                  // routing and gathered rows; empty for a dense model
 };
 
 template <class Spec = DynamicSpec>
@@ -63,6 +78,7 @@ class LlamaBlock {
         qk_norm_(config.qk_norm),
         sandwich_norm_(config.sandwich_norm),
         activation_(config.ffn_activation),
+        routing_(BlockScratch::expert_routing(config)),
         norm_(config.rms_eps),
         attention_(
             {static_cast<std::size_t>(config.n_heads), static_cast<std::size_t>(config.n_kv_heads),
@@ -152,8 +168,17 @@ class LlamaBlock {
 
     norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm.as<float>(),
                   matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
-    GatedFeedForward::forward(compute, weights_.ffn, activation_, s.normed.data(), n_tokens,
-                              s.projected.data(), s.gate.data(), s.up.data());
+    if (routing_.n_experts > 0) {
+      const bool shared = !weights_.shared_expert.gate.empty();
+      const MoeWeights moe{&weights_.router, &weights_.experts,
+                           shared ? &weights_.shared_expert : nullptr,
+                           shared ? weights_.shared_expert_gate.as<float>() : nullptr};
+      MixtureOfExperts::forward(compute, moe, routing_, activation_, s.normed.data(), n_tokens, dim,
+                                s.projected.data(), s.moe, s.gate.data(), s.up.data());
+    } else {
+      GatedFeedForward::forward(compute, weights_.ffn, activation_, s.normed.data(), n_tokens,
+                                s.projected.data(), s.gate.data(), s.up.data());
+    }
     if (sandwich_norm_)
       normalize_in_place(compute, s.projected.data(), n_tokens, weights_.post_ffn_norm);
     add_into(x, s.projected.data(), n_tokens * dim);
@@ -177,6 +202,7 @@ class LlamaBlock {
   [[no_unique_address]] Size<Spec::n_kv_heads> n_kv_heads_;
   bool qkv_bias_, qk_norm_, sandwich_norm_;
   GateActivation activation_;
+  ExpertRouting routing_;
   RMSNorm norm_;
   Attention attention_;
 };

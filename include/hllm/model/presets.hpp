@@ -137,6 +137,38 @@ struct Gemma2_2B : ModelSpec<W, KV, 2304, 26, 8, 4, 256, 9216, 256000> {
   }
 };
 
+// Mixtral-style experts at TinyLlama's width (issue #20's mixtral-mini): 8 experts of 5632,
+// 2 used per token, renormalized; a llama file.
+template <class W = AnyWeight, class KV = float>
+struct Mixtral_Mini : ModelSpec<W, KV, 2048, 22, 32, 4, 64, 5632, 32000> {
+  static ModelConfig config() {
+    ModelConfig c = TinyLlama_1_1B<>::config();
+    c.name = "mixtral-mini";
+    c.n_experts = 8;
+    c.n_experts_used = 2;
+    c.expert_weights_normalized = true;
+    return c;
+  }
+};
+
+// Qwen1.5-MoE-A2.7B: 60 experts of 1408, 4 used (not renormalized), a shared expert of 5632,
+// q/k/v biases, MHA.
+template <class W = AnyWeight, class KV = float>
+struct Qwen1_5_MoE_A2_7B : ModelSpec<W, KV, 2048, 24, 16, 16, 128, 5632, 151936> {
+  static ModelConfig config() {
+    ModelConfig c = detail::make("qwen1.5-moe-a2.7b", 151936, 2048, 24, 16, 16, 5632, 8192, 1e6f);
+    c.architecture = "qwen2moe";
+    c.rms_eps = 1e-6f;
+    c.qkv_bias = true;
+    c.rope.layout = RopeLayout::neox;
+    c.n_experts = 60;
+    c.n_experts_used = 4;
+    c.expert_ffn_dim = 1408;
+    c.shared_expert_ffn_dim = 5632;
+    return c;
+  }
+};
+
 // The same shape with every block variant off: the plain Llama twin of a config, which tells
 // what the variants cost (hllm-bench --plain).
 inline ModelConfig without_variants(ModelConfig c) {
@@ -151,14 +183,17 @@ inline ModelConfig without_variants(ModelConfig c) {
   c.final_softcap = 0.0f;
   c.sliding_window = 0;
   c.sliding_window_pattern = 0;
+  c.n_experts = c.n_experts_used = c.expert_ffn_dim = c.shared_expert_ffn_dim = 0;  // dense FFN
+  c.expert_weights_normalized = false;
   c.rope.layout = RopeLayout::interleaved;
   return c;
 }
 
 // Runtime lookup by name (as the benchmark's --preset flag spells them).
 inline std::vector<std::string> names() {
-  return {"tinyllama-1.1b", "llama-2-7b", "llama-3-8b", "llama-3.2-1b", "mistral-7b",
-          "qwen2.5-0.5b",   "qwen3-0.6b", "phi-3-mini", "gemma-2-2b"};
+  return {"tinyllama-1.1b", "llama-2-7b",   "llama-3-8b",       "llama-3.2-1b",
+          "mistral-7b",     "qwen2.5-0.5b", "qwen3-0.6b",       "phi-3-mini",
+          "gemma-2-2b",     "mixtral-mini", "qwen1.5-moe-a2.7b"};
 }
 
 inline ModelConfig by_name(std::string_view name) {
@@ -171,6 +206,8 @@ inline ModelConfig by_name(std::string_view name) {
   if (name == "qwen3-0.6b") return Qwen3_0_6B<>::config();
   if (name == "phi-3-mini") return Phi3_Mini<>::config();
   if (name == "gemma-2-2b") return Gemma2_2B<>::config();
+  if (name == "mixtral-mini") return Mixtral_Mini<>::config();
+  if (name == "qwen1.5-moe-a2.7b") return Qwen1_5_MoE_A2_7B<>::config();
   std::string known;
   for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(ErrorKind::invalid_argument,

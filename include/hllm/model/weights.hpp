@@ -41,15 +41,36 @@ struct LayerWeights {
   WeightTensor wo;              // [dim][n_heads*head_dim]
   WeightTensor post_attn_norm;  // [1][dim], f32; empty unless config.sandwich_norm
   WeightTensor ffn_norm;        // [1][dim], f32
-  FeedForwardWeights ffn;       // gate, up: [ffn_dim][dim]; down: [dim][ffn_dim]
+  FeedForwardWeights ffn;       // gate, up: [ffn_dim][dim]; down: [dim][ffn_dim]; empty in
+                                // a mixture-of-experts layer
   WeightTensor post_ffn_norm;   // [1][dim], f32; empty unless config.sandwich_norm
+  // Mixture of experts (config.n_experts > 0), in place of ffn:
+  WeightTensor router;                      // [n_experts][dim] (ffn_gate_inp)
+  std::vector<FeedForwardWeights> experts;  // n_experts of gate, up: [expert_ffn][dim];
+                                            // down: [dim][expert_ffn]
+  FeedForwardWeights shared_expert;  // [shared_ffn][dim] ...; empty unless shared_expert_ffn_dim
+  WeightTensor shared_expert_gate;   // [1][dim], f32: its output times sigmoid(gate · x)
 
-  // The seven projection matrices, the tensors kernels read (and load-time repacking reorders).
-  std::array<WeightTensor*, 7> projections() {
-    return {&wq, &wk, &wv, &wo, &ffn.gate, &ffn.up, &ffn.down};
+  // The projection matrices, the tensors kernels read in the weight type of the model (and
+  // load-time repacking reorders): attention's four, then the FFN's three or every expert's
+  // and the shared expert's. (The router is not among them: files keep it F32.)
+  std::vector<WeightTensor*> projections() {
+    std::vector<WeightTensor*> p{&wq, &wk, &wv, &wo};
+    for (FeedForwardWeights* f : feed_forwards())
+      if (!f->gate.empty()) p.insert(p.end(), {&f->gate, &f->up, &f->down});
+    return p;
   }
-  std::array<const WeightTensor*, 7> projections() const {
-    return {&wq, &wk, &wv, &wo, &ffn.gate, &ffn.up, &ffn.down};
+  std::vector<const WeightTensor*> projections() const {
+    const auto p = const_cast<LayerWeights*>(this)->projections();
+    return {p.begin(), p.end()};
+  }
+
+ private:
+  std::vector<FeedForwardWeights*> feed_forwards() {
+    std::vector<FeedForwardWeights*> f{&ffn};
+    for (FeedForwardWeights& e : experts) f.push_back(&e);
+    f.push_back(&shared_expert);
+    return f;
   }
 };
 
@@ -64,14 +85,27 @@ struct ModelWeights {
 };
 
 // What a tensor is to the model: a matrix (stored in any weight type) or a vector (a norm's
-// weight or a bias: 1-D in files, always float32 in memory).
-enum class TensorRole { matrix, norm, bias };
+// weight, a bias, or a gate's weights that a dot product with x turns into one factor: 1-D in
+// files, always float32 in memory).
+enum class TensorRole { matrix, norm, bias, gate };
+
+inline const char* role_name(TensorRole r) noexcept {
+  switch (r) {
+    case TensorRole::matrix: return "matrix";
+    case TensorRole::norm: return "norm";
+    case TensorRole::bias: return "bias";
+    case TensorRole::gate: return "gate vector";
+  }
+  return "tensor";
+}
 
 // A tensor a model has, with its GGUF name and shape [rows][cols] (a vector: [1][n]).
 struct TensorSpec {
   std::string name;
   std::size_t rows, cols;
   TensorRole role = TensorRole::matrix;
+  std::size_t stacked = 0;  // > 0: a file tensor of that many matrices of rows / stacked rows
+                            // (GGUF's 3-D expert tensors)
   bool is_vector() const noexcept { return role != TensorRole::matrix; }
 };
 
@@ -79,13 +113,53 @@ struct TensorSpec {
 // (blk.N.<gguf>), its Hugging Face name inside the layer (model.layers.N.<hf>), its role and
 // shape, and where it lives in LayerWeights. Every loader, writer and converter walks this list.
 struct LayerTensor {
-  const char* gguf;
-  const char* hf;
+  std::string gguf;
+  std::string hf;
   TensorRole role;
   std::size_t rows, cols;
-  WeightTensor& (*in)(LayerWeights&);
-  const WeightTensor& of(const LayerWeights& l) const { return in(const_cast<LayerWeights&>(l)); }
+  WeightTensor& (*in)(LayerWeights&, std::size_t expert);
+  std::size_t expert = 0;  // which of LayerWeights::experts, for an expert's tensor
+  WeightTensor& at(LayerWeights& l) const { return in(l, expert); }
+  const WeightTensor& of(const LayerWeights& l) const { return at(const_cast<LayerWeights&>(l)); }
 };
+
+// A mixture-of-experts layer's tensors in place of the FFN's three: the router, each expert's
+// gate, up and down under their per-expert GGUF names (blk.N.ffn_gate.E.weight, as older files
+// hold them; newer ones stack the experts: fused_part), and the shared expert with its gate.
+inline void add_expert_tensors(const ModelConfig& c, std::vector<LayerTensor>& t) {
+  using R = TensorRole;
+  using L = LayerWeights;
+  const Architecture* arch = find_architecture(c.architecture);
+  const bool mixtral = arch != nullptr && arch->hf_mixtral_experts;
+  const std::string moe = mixtral ? "block_sparse_moe." : "mlp.";
+  const auto dim = static_cast<std::size_t>(c.dim),
+             eff = static_cast<std::size_t>(c.resolved_expert_ffn_dim()),
+             sff = static_cast<std::size_t>(c.shared_expert_ffn_dim);
+  t.push_back({"ffn_gate_inp.weight", moe + "gate.weight", R::matrix,
+               static_cast<std::size_t>(c.n_experts), dim,
+               [](L& l, std::size_t) -> WeightTensor& { return l.router; }});
+  for (std::size_t e = 0; e < static_cast<std::size_t>(c.n_experts); ++e) {
+    const std::string n = std::to_string(e), hf = moe + "experts." + n + ".";
+    t.push_back({"ffn_gate." + n + ".weight", hf + (mixtral ? "w1" : "gate_proj") + ".weight",
+                 R::matrix, eff, dim,
+                 [](L& l, std::size_t x) -> WeightTensor& { return l.experts[x].gate; }, e});
+    t.push_back({"ffn_up." + n + ".weight", hf + (mixtral ? "w3" : "up_proj") + ".weight",
+                 R::matrix, eff, dim,
+                 [](L& l, std::size_t x) -> WeightTensor& { return l.experts[x].up; }, e});
+    t.push_back({"ffn_down." + n + ".weight", hf + (mixtral ? "w2" : "down_proj") + ".weight",
+                 R::matrix, dim, eff,
+                 [](L& l, std::size_t x) -> WeightTensor& { return l.experts[x].down; }, e});
+  }
+  if (sff == 0) return;
+  t.push_back({"ffn_gate_inp_shexp.weight", moe + "shared_expert_gate.weight", R::gate, 1, dim,
+               [](L& l, std::size_t) -> WeightTensor& { return l.shared_expert_gate; }});
+  t.push_back({"ffn_gate_shexp.weight", moe + "shared_expert.gate_proj.weight", R::matrix, sff, dim,
+               [](L& l, std::size_t) -> WeightTensor& { return l.shared_expert.gate; }});
+  t.push_back({"ffn_up_shexp.weight", moe + "shared_expert.up_proj.weight", R::matrix, sff, dim,
+               [](L& l, std::size_t) -> WeightTensor& { return l.shared_expert.up; }});
+  t.push_back({"ffn_down_shexp.weight", moe + "shared_expert.down_proj.weight", R::matrix, dim, sff,
+               [](L& l, std::size_t) -> WeightTensor& { return l.shared_expert.down; }});
+}
 
 // The tensors of one decoder layer of this config, in the order files hold them.
 inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
@@ -96,49 +170,53 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
              head = static_cast<std::size_t>(c.resolved_head_dim());
   std::vector<LayerTensor> t;
   t.push_back({"attn_norm.weight", "input_layernorm.weight", R::norm, 1, dim,
-               [](L& l) -> WeightTensor& { return l.attn_norm; }});
+               [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm; }});
   t.push_back({"attn_q.weight", "self_attn.q_proj.weight", R::matrix, q, dim,
-               [](L& l) -> WeightTensor& { return l.wq; }});
+               [](L& l, std::size_t) -> WeightTensor& { return l.wq; }});
   t.push_back({"attn_k.weight", "self_attn.k_proj.weight", R::matrix, kv, dim,
-               [](L& l) -> WeightTensor& { return l.wk; }});
+               [](L& l, std::size_t) -> WeightTensor& { return l.wk; }});
   t.push_back({"attn_v.weight", "self_attn.v_proj.weight", R::matrix, kv, dim,
-               [](L& l) -> WeightTensor& { return l.wv; }});
+               [](L& l, std::size_t) -> WeightTensor& { return l.wv; }});
   if (c.qkv_bias) {
     t.push_back({"attn_q.bias", "self_attn.q_proj.bias", R::bias, 1, q,
-                 [](L& l) -> WeightTensor& { return l.bq; }});
+                 [](L& l, std::size_t) -> WeightTensor& { return l.bq; }});
     t.push_back({"attn_k.bias", "self_attn.k_proj.bias", R::bias, 1, kv,
-                 [](L& l) -> WeightTensor& { return l.bk; }});
+                 [](L& l, std::size_t) -> WeightTensor& { return l.bk; }});
     t.push_back({"attn_v.bias", "self_attn.v_proj.bias", R::bias, 1, kv,
-                 [](L& l) -> WeightTensor& { return l.bv; }});
+                 [](L& l, std::size_t) -> WeightTensor& { return l.bv; }});
   }
   if (c.qk_norm) {
     t.push_back({"attn_q_norm.weight", "self_attn.q_norm.weight", R::norm, 1, head,
-                 [](L& l) -> WeightTensor& { return l.q_norm; }});
+                 [](L& l, std::size_t) -> WeightTensor& { return l.q_norm; }});
     t.push_back({"attn_k_norm.weight", "self_attn.k_norm.weight", R::norm, 1, head,
-                 [](L& l) -> WeightTensor& { return l.k_norm; }});
+                 [](L& l, std::size_t) -> WeightTensor& { return l.k_norm; }});
   }
   t.push_back({"attn_output.weight", "self_attn.o_proj.weight", R::matrix, dim, q,
-               [](L& l) -> WeightTensor& { return l.wo; }});
+               [](L& l, std::size_t) -> WeightTensor& { return l.wo; }});
   // Hugging Face calls the FFN's norm post_attention_layernorm, except with sandwich norms
   // (Gemma 2), where that is the norm after attention and the FFN's is pre_feedforward_.
   if (c.sandwich_norm) {
     t.push_back({"post_attention_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
-                 [](L& l) -> WeightTensor& { return l.post_attn_norm; }});
+                 [](L& l, std::size_t) -> WeightTensor& { return l.post_attn_norm; }});
     t.push_back({"ffn_norm.weight", "pre_feedforward_layernorm.weight", R::norm, 1, dim,
-                 [](L& l) -> WeightTensor& { return l.ffn_norm; }});
+                 [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
   } else {
     t.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
-                 [](L& l) -> WeightTensor& { return l.ffn_norm; }});
+                 [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
   }
-  t.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", R::matrix, ffn, dim,
-               [](L& l) -> WeightTensor& { return l.ffn.gate; }});
-  t.push_back({"ffn_up.weight", "mlp.up_proj.weight", R::matrix, ffn, dim,
-               [](L& l) -> WeightTensor& { return l.ffn.up; }});
-  t.push_back({"ffn_down.weight", "mlp.down_proj.weight", R::matrix, dim, ffn,
-               [](L& l) -> WeightTensor& { return l.ffn.down; }});
+  if (c.n_experts > 0) {
+    add_expert_tensors(c, t);
+  } else {
+    t.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", R::matrix, ffn, dim,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.ffn.gate; }});
+    t.push_back({"ffn_up.weight", "mlp.up_proj.weight", R::matrix, ffn, dim,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.ffn.up; }});
+    t.push_back({"ffn_down.weight", "mlp.down_proj.weight", R::matrix, dim, ffn,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.ffn.down; }});
+  }
   if (c.sandwich_norm)
     t.push_back({"post_ffw_norm.weight", "post_feedforward_layernorm.weight", R::norm, 1, dim,
-                 [](L& l) -> WeightTensor& { return l.post_ffn_norm; }});
+                 [](L& l, std::size_t) -> WeightTensor& { return l.post_ffn_norm; }});
   return t;
 }
 
@@ -193,17 +271,31 @@ inline std::vector<const WeightTensor*> model_tensors(const ModelConfig& c, cons
 // kernels, repacking and conversion see the same tensors as for any family.
 struct FusedPart {
   std::string gguf;  // the file tensor's full GGUF name, blk.N.attn_qkv.weight
-  const char* hf;    // its Hugging Face name inside the layer
+  const char* hf;    // its Hugging Face name inside the layer; nullptr: HF holds the parts apart
   std::size_t first_row, file_rows;
+  std::size_t stacked = 0;  // > 0: the file tensor is [stacked][file_rows / stacked][cols]
 };
 
 // The fused file tensor that holds `spec`, or nothing when the family stores it on its own.
 inline std::optional<FusedPart> fused_part(const ModelConfig& c, const TensorSpec& spec) {
   const Architecture* arch = find_architecture(c.architecture);
-  if (arch == nullptr || !arch->fused_projections || spec.name.rfind("blk.", 0) != 0) return {};
+  if (arch == nullptr || spec.name.rfind("blk.", 0) != 0) return {};
   const std::size_t dot = spec.name.find('.', 4);
   const std::string layer = spec.name.substr(0, dot + 1);  // blk.N.
   const std::string_view part = std::string_view(spec.name).substr(dot + 1);
+  if (c.n_experts > 0) {  // ffn_gate.E.weight: matrix E of ffn_gate_exps, [n_experts][rows][cols]
+    for (const char* kind : {"ffn_gate.", "ffn_up.", "ffn_down."}) {
+      const std::string_view prefix = kind;
+      if (!part.starts_with(prefix) || !part.ends_with(".weight")) continue;
+      const std::string_view digits = part.substr(prefix.size(), part.size() - prefix.size() - 7);
+      std::size_t e = 0;
+      for (const char d : digits) e = e * 10 + static_cast<std::size_t>(d - '0');
+      const auto n = static_cast<std::size_t>(c.n_experts);
+      return FusedPart{layer + std::string(prefix.substr(0, prefix.size() - 1)) + "_exps.weight",
+                       nullptr, e * spec.rows, n * spec.rows, n};
+    }
+  }
+  if (!arch->fused_projections) return {};
   const auto q = static_cast<std::size_t>(c.q_dim()), kv = static_cast<std::size_t>(c.kv_dim()),
              ffn = static_cast<std::size_t>(c.ffn_dim);
   const std::string qkv = layer + "attn_qkv.weight", gate_up = layer + "ffn_up.weight";
@@ -226,8 +318,9 @@ inline ModelWeights assemble_weights(const ModelConfig& c,
   const std::vector<LayerTensor> layer = layer_tensors(c);
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights& weights = w.layers.emplace_back();
+    weights.experts.resize(static_cast<std::size_t>(c.n_experts));
     for (const LayerTensor& t : layer)
-      t.in(weights) = lookup(layer_tensor_spec(t, static_cast<std::size_t>(l)));
+      t.at(weights) = lookup(layer_tensor_spec(t, static_cast<std::size_t>(l)));
   }
   const std::size_t after_layers = 1 + layer.size() * static_cast<std::size_t>(c.n_layers);
   w.output_norm = lookup(model_tensor_spec(c, after_layers));
@@ -319,10 +412,10 @@ inline void validate_weights(const ModelConfig& config, const ModelWeights& weig
                       "][" + std::to_string(s.cols) + "]",
                   {}, s.name);
     if (s.is_vector() && t.type != DType::f32)
-      throw Error(ErrorKind::unsupported,
-                  std::string(s.role == TensorRole::norm ? "norm" : "bias") +
-                      " weights must be F32, got " + dtype_name(t.type),
-                  {}, s.name);
+      throw Error(
+          ErrorKind::unsupported,
+          std::string(role_name(s.role)) + " weights must be F32, got " + dtype_name(t.type), {},
+          s.name);
   }
 }
 

@@ -1,0 +1,142 @@
+#pragma once
+// The mixture-of-experts FFN (Shazeer et al. 2017; Mixtral, Qwen2-MoE): a router scores the
+// experts for each token (softmax of router · x), the n_used best are run on it and their
+// outputs summed, weighted by their probabilities (renormalized to sum 1 where the model says);
+// a shared expert, where the model has one, runs for every token, scaled by sigmoid(w · x).
+//
+// A forward chunk's tokens are grouped by expert: each chosen expert's matrices are read once
+// for all the chunk's tokens that chose it, and an expert no token chose is not read at all
+// (in decode, only the n_used chosen experts' weights are read).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "hllm/core/aligned_buffer.hpp"
+#include "hllm/kernels/activation.hpp"
+#include "hllm/kernels/compute.hpp"
+#include "hllm/nn/gated_ffn.hpp"
+
+namespace hllm {
+
+struct ExpertRouting {
+  std::size_t n_experts = 0, n_used = 0;
+  bool normalized = false;  // the chosen weights divided by their sum
+};
+
+// For each of n_tokens tokens, the n_used experts of highest probability (softmax over the
+// token's n_experts router logits) in descending order, ties to the lower index, and their
+// weights. logits: [n_tokens][n_experts]; chosen: [n_tokens][n_used] expert indices; weights:
+// [n_tokens][n_used].
+inline void route_tokens(const ExpertRouting& r, const float* logits, std::size_t n_tokens,
+                         std::uint32_t* chosen, float* weights) {
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    const float* l = logits + t * r.n_experts;
+    const float max = *std::max_element(l, l + r.n_experts);
+    float total = 0.0f;
+    for (std::size_t e = 0; e < r.n_experts; ++e) total += std::exp(l[e] - max);
+    std::uint32_t* c = chosen + t * r.n_used;
+    float* w = weights + t * r.n_used;
+    float chosen_total = 0.0f;
+    for (std::size_t j = 0; j < r.n_used; ++j) {
+      // The best logit not yet taken (the softmax keeps the order); strict > keeps the lower
+      // index among equals.
+      std::size_t best = r.n_experts;
+      for (std::size_t e = 0; e < r.n_experts; ++e) {
+        if (std::find(c, c + j, static_cast<std::uint32_t>(e)) != c + j) continue;
+        if (best == r.n_experts || l[e] > l[best]) best = e;
+      }
+      c[j] = static_cast<std::uint32_t>(best);
+      w[j] = std::exp(l[best] - max) / total;
+      chosen_total += w[j];
+    }
+    if (r.normalized)
+      for (std::size_t j = 0; j < r.n_used; ++j) w[j] /= chosen_total;
+  }
+}
+
+// The routing and gathering buffers of a chunk of up to max_tokens tokens, allocated once per
+// session (empty for a dense model).
+struct MoeScratch {
+  MoeScratch() = default;
+  MoeScratch(std::size_t max_tokens, std::size_t dim, const ExpertRouting& r)
+      : logits(max_tokens * r.n_experts),
+        weights(max_tokens * r.n_used),
+        chosen(max_tokens * r.n_used),
+        slots(max_tokens * r.n_used),
+        expert_begin(r.n_experts + 1),
+        rows_in(max_tokens * dim),
+        rows_out(max_tokens * dim) {}
+  AlignedBuffer<float> logits;              // [T][n_experts]
+  AlignedBuffer<float> weights;             // [T][n_used]
+  std::vector<std::uint32_t> chosen;        // [T][n_used]
+  std::vector<std::uint32_t> slots;         // [T·n_used] token·n_used + j, grouped by expert
+  std::vector<std::uint32_t> expert_begin;  // [n_experts + 1] each expert's first slot
+  AlignedBuffer<float> rows_in;             // [T][dim] the tokens of one expert, gathered
+  AlignedBuffer<float> rows_out;            // [T][dim] their outputs
+};
+
+struct MoeWeights {
+  const WeightTensor* router;                      // [n_experts][dim]
+  const std::vector<FeedForwardWeights>* experts;  // n_experts
+  const FeedForwardWeights* shared;                // nullptr: none
+  const float* shared_gate;                        // [dim]; with shared
+};
+
+class MixtureOfExperts {
+ public:
+  // x: [n_tokens][dim], out: [n_tokens][dim] (must not alias x); gate_scratch, up_scratch:
+  // [n_tokens][max(expert_ffn, shared_ffn)] each.
+  static void forward(const Compute& compute, const MoeWeights& w, const ExpertRouting& r,
+                      GateActivation activation, const float* x, std::size_t n_tokens,
+                      std::size_t dim, float* out, MoeScratch& s, float* gate_scratch,
+                      float* up_scratch) {
+    compute.matmul(*w.router, x, n_tokens, s.logits.data());
+    route_tokens(r, s.logits.data(), n_tokens, s.chosen.data(), s.weights.data());
+    // Counting sort of the (token, choice) slots by expert, stable in token order.
+    const std::size_t n_slots = n_tokens * r.n_used;
+    std::fill(s.expert_begin.begin(), s.expert_begin.end(), 0u);
+    for (std::size_t i = 0; i < n_slots; ++i) ++s.expert_begin[s.chosen[i] + 1];
+    for (std::size_t e = 0; e < r.n_experts; ++e) s.expert_begin[e + 1] += s.expert_begin[e];
+    // Scatter: slots in token order land in their expert's range (expert_begin[e] serves as
+    // expert e's write cursor and ends at its range's end), then the starts are restored.
+    for (std::size_t i = 0; i < n_slots; ++i)
+      s.slots[s.expert_begin[s.chosen[i]]++] = static_cast<std::uint32_t>(i);
+    for (std::size_t e = r.n_experts; e > 0; --e) s.expert_begin[e] = s.expert_begin[e - 1];
+    s.expert_begin[0] = 0;
+
+    std::fill(out, out + n_tokens * dim, 0.0f);
+    for (std::size_t e = 0; e < r.n_experts; ++e) {
+      const std::uint32_t begin = s.expert_begin[e], end = s.expert_begin[e + 1];
+      if (begin == end) continue;  // no token chose it: its weights are not read
+      for (std::uint32_t i = begin; i < end; ++i) {
+        const float* row = x + (s.slots[i] / r.n_used) * dim;
+        std::copy(row, row + dim, s.rows_in.data() + (i - begin) * dim);
+      }
+      GatedFeedForward::forward(compute, (*w.experts)[e], activation, s.rows_in.data(), end - begin,
+                                s.rows_out.data(), gate_scratch, up_scratch);
+      for (std::uint32_t i = begin; i < end; ++i) {
+        float* o = out + (s.slots[i] / r.n_used) * dim;
+        const float weight = s.weights[s.slots[i]];
+        const float* y = s.rows_out.data() + (i - begin) * dim;
+        for (std::size_t d = 0; d < dim; ++d) o[d] += weight * y[d];
+      }
+    }
+    if (w.shared == nullptr) return;
+    GatedFeedForward::forward(compute, *w.shared, activation, x, n_tokens, s.rows_out.data(),
+                              gate_scratch, up_scratch);
+    for (std::size_t t = 0; t < n_tokens; ++t) {
+      const float* xt = x + t * dim;
+      double dot = 0.0;
+      for (std::size_t d = 0; d < dim; ++d) dot += static_cast<double>(w.shared_gate[d]) * xt[d];
+      const float g = static_cast<float>(1.0 / (1.0 + std::exp(-dot)));
+      const float* y = s.rows_out.data() + t * dim;
+      for (std::size_t d = 0; d < dim; ++d) out[t * dim + d] += g * y[d];
+    }
+  }
+};
+
+}  // namespace hllm

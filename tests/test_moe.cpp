@@ -1,0 +1,173 @@
+// The mixture-of-experts FFN (nn/moe.hpp): routing (softmax, top-k, ties, renormalization) and
+// the grouped forward against a direct per-token sum over the chosen experts, including an
+// expert no token chose (its weights are NaN: it must not be read), all tokens on one expert,
+// k = n_experts, and a chunk equal to its tokens run one at a time. Whole models with experts
+// are held to Hugging Face's Mixtral and Qwen2-MoE in test_families.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "hllm/core/thread_pool.hpp"
+#include "hllm/kernels/reference.hpp"
+#include "hllm/nn/moe.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using hllm::test::all_close;
+
+std::vector<std::uint32_t> route(const std::vector<float>& logits, std::size_t n, std::size_t k,
+                                 bool normalized, std::vector<float>* weights = nullptr) {
+  const std::size_t tokens = logits.size() / n;
+  std::vector<std::uint32_t> chosen(tokens * k);
+  std::vector<float> w(tokens * k);
+  hllm::route_tokens({n, k, normalized}, logits.data(), tokens, chosen.data(), w.data());
+  if (weights != nullptr) *weights = w;
+  return chosen;
+}
+
+TEST(ExpertRouting, TiesGoToTheLowerIndexInDescendingOrder) {
+  EXPECT_EQ(route({1, 3, 3, 0}, 4, 2, false), (std::vector<std::uint32_t>{1, 2}));
+  EXPECT_EQ(route({2, 2, 2, 2}, 4, 3, false), (std::vector<std::uint32_t>{0, 1, 2}));
+  EXPECT_EQ(route({0, 5, 1, 5, 5}, 5, 1, false), (std::vector<std::uint32_t>{1}));
+}
+
+TEST(ExpertRouting, WeightsAreTheSoftmaxProbabilitiesOrTheirShareOfTheChosen) {
+  const std::vector<float> logits{0.5f, -1.0f, 2.0f, 1.0f};
+  double total = 0;
+  for (float l : logits) total += std::exp(l);
+  std::vector<float> w;
+  EXPECT_EQ(route(logits, 4, 2, false, &w), (std::vector<std::uint32_t>{2, 3}));
+  EXPECT_NEAR(w[0], std::exp(2.0) / total, 1e-6);
+  EXPECT_NEAR(w[1], std::exp(1.0) / total, 1e-6);
+  route(logits, 4, 2, true, &w);
+  EXPECT_NEAR(w[0], std::exp(2.0) / (std::exp(2.0) + std::exp(1.0)), 1e-6);
+  EXPECT_NEAR(w[0] + w[1], 1.0, 1e-6);
+  // k = n_experts: every expert, best first, weights the whole softmax.
+  EXPECT_EQ(route(logits, 4, 4, false, &w), (std::vector<std::uint32_t>{2, 3, 0, 1}));
+  EXPECT_NEAR(w[0] + w[1] + w[2] + w[3], 1.0, 1e-6);
+}
+
+// Small float experts, a router, and the direct sum the grouped forward must equal.
+struct Experts {
+  static constexpr std::size_t kDim = 32, kFfn = 48;
+  std::vector<std::vector<float>> storage;
+  std::vector<hllm::FeedForwardWeights> experts;
+  hllm::WeightTensor router;
+
+  hllm::WeightTensor tensor(std::size_t rows, std::size_t cols, std::uint32_t seed) {
+    storage.push_back(hllm::test::random_vector(rows * cols, seed));
+    for (float& v : storage.back()) v /= std::sqrt(static_cast<float>(cols));
+    return {hllm::DType::f32, storage.back().data(), rows, cols, "t"};
+  }
+  Experts(std::size_t n, std::uint32_t seed) {
+    storage.reserve(3 * n + 1);
+    for (std::size_t e = 0; e < n; ++e)
+      experts.push_back({tensor(kFfn, kDim, seed + 3 * e), tensor(kFfn, kDim, seed + 3 * e + 1),
+                         tensor(kDim, kFfn, seed + 3 * e + 2)});
+    router = tensor(n, kDim, seed + 100);
+  }
+  // Expert e's weights all NaN: a forward that reads them cannot give finite outputs.
+  void poison(std::size_t e) {
+    for (const hllm::WeightTensor* t : {&experts[e].gate, &experts[e].up, &experts[e].down})
+      std::fill_n(const_cast<float*>(t->as<float>()), t->rows * t->cols,
+                  std::numeric_limits<float>::quiet_NaN());
+  }
+
+  // out: [T][dim], each token's chosen experts' SwiGLU outputs summed by weight, with the
+  // reference kernels one token at a time.
+  std::vector<float> direct(const std::vector<float>& x, const hllm::ExpertRouting& r) const {
+    const std::size_t tokens = x.size() / kDim;
+    std::vector<float> out(x.size(), 0.0f), logits(r.n_experts), gate(kFfn), up(kFfn), act(kFfn),
+        y(kDim), w(r.n_used);
+    std::vector<std::uint32_t> chosen(r.n_used);
+    for (std::size_t t = 0; t < tokens; ++t) {
+      const float* xt = x.data() + t * kDim;
+      hllm::reference::matmul(router, xt, 1, logits.data());
+      hllm::route_tokens(r, logits.data(), 1, chosen.data(), w.data());
+      for (std::size_t j = 0; j < r.n_used; ++j) {
+        const hllm::FeedForwardWeights& f = experts[chosen[j]];
+        hllm::reference::matmul(f.gate, xt, 1, gate.data());
+        hllm::reference::matmul(f.up, xt, 1, up.data());
+        hllm::reference::silu_mul(gate.data(), up.data(), kFfn, act.data());
+        hllm::reference::matmul(f.down, act.data(), 1, y.data());
+        for (std::size_t d = 0; d < kDim; ++d) out[t * kDim + d] += w[j] * y[d];
+      }
+    }
+    return out;
+  }
+
+  std::vector<float> grouped(const std::vector<float>& x, const hllm::ExpertRouting& r,
+                             hllm::Isa isa, std::size_t threads) const {
+    const std::size_t tokens = x.size() / kDim;
+    hllm::ThreadPool pool(threads);
+    const hllm::Compute compute(hllm::kernels::table_for(isa), pool);
+    hllm::MoeScratch scratch(tokens, kDim, r);
+    std::vector<float> out(x.size()), gate(tokens * kFfn), up(tokens * kFfn);
+    hllm::MixtureOfExperts::forward(compute, {&router, &experts, nullptr, nullptr}, r,
+                                    hllm::GateActivation::silu, x.data(), tokens, kDim, out.data(),
+                                    scratch, gate.data(), up.data());
+    return out;
+  }
+};
+
+TEST(MixtureOfExperts, GroupedForwardEqualsTheDirectSumOnEveryIsa) {
+  const Experts m(6, 40);
+  const std::vector<float> x = hllm::test::random_vector(9 * Experts::kDim, 41);  // 9 tokens
+  for (const hllm::ExpertRouting r :
+       {hllm::ExpertRouting{6, 2, false}, hllm::ExpertRouting{6, 2, true},
+        hllm::ExpertRouting{6, 6, false}})  // k = n_experts
+    for (hllm::Isa isa : hllm::test::supported_isas()) {
+      SCOPED_TRACE(std::string(hllm::to_string(isa)) + " k " + std::to_string(r.n_used));
+      EXPECT_TRUE(all_close(m.grouped(x, r, isa, 2), m.direct(x, r), 1e-5f));
+    }
+}
+
+// A router that sends every token to expert 0 (and, for k = 2, to expert 1): the others are
+// chosen by no token, and with NaN weights they would poison any output they touched.
+TEST(MixtureOfExperts, ExpertsNoTokenChoseAreNotRead) {
+  Experts m(4, 50);
+  std::vector<float>& router = m.storage.back();  // [4][dim]
+  std::fill(router.begin(), router.end(), 0.0f);
+  const std::vector<float> x = hllm::test::random_vector(7 * Experts::kDim, 51);
+  // Logits: expert 0 gets 10 · sum(x), expert 1 gets 5 · sum(x), ... The inputs' sums are made
+  // positive below, so the order is 0, 1, 2, 3 for every token.
+  std::vector<float> shifted = x;
+  for (float& v : shifted) v = std::fabs(v) + 0.1f;
+  for (std::size_t d = 0; d < Experts::kDim; ++d)
+    router[d] = 10.0f, router[Experts::kDim + d] = 5.0f;
+  m.poison(2);
+  m.poison(3);
+  for (std::size_t k : {1u, 2u}) {
+    const hllm::ExpertRouting r{4, k, true};
+    for (hllm::Isa isa : hllm::test::supported_isas()) {
+      SCOPED_TRACE(std::string(hllm::to_string(isa)) + " k " + std::to_string(k));
+      const std::vector<float> got = m.grouped(shifted, r, isa, 2);
+      for (float v : got) ASSERT_TRUE(std::isfinite(v));
+      EXPECT_TRUE(all_close(got, m.direct(shifted, r), 1e-5f));
+    }
+  }
+}
+
+// Grouping by expert does not change a token's result beyond the kernels' own rounding: a chunk
+// of tokens equals the same tokens run one at a time.
+TEST(MixtureOfExperts, ChunkEqualsItsTokensOneAtATime) {
+  const Experts m(5, 60);
+  const hllm::ExpertRouting r{5, 2, false};
+  const std::vector<float> x = hllm::test::random_vector(12 * Experts::kDim, 61);
+  const std::vector<float> chunk = m.grouped(x, r, hllm::Isa::scalar, 1);
+  std::vector<float> single;
+  for (std::size_t t = 0; t < 12; ++t) {
+    const std::vector<float> one(x.begin() + t * Experts::kDim,
+                                 x.begin() + (t + 1) * Experts::kDim);
+    const std::vector<float> y = m.grouped(one, r, hllm::Isa::scalar, 1);
+    single.insert(single.end(), y.begin(), y.end());
+  }
+  EXPECT_TRUE(all_close(chunk, single, 1e-6f));
+}
+
+}  // namespace
