@@ -464,9 +464,10 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
   // parameters; decode's roofline counts those), plus the router.
   const double expert_share =
       config.n_experts > 0 ? double(config.n_experts_used) / double(config.n_experts) : 1.0;
-  double weight_bytes = 0, matmul_seconds = 0;
+  double weight_bytes = 0, matmul_seconds = 0, all_bytes = 0;  // active per token; all of them
   const auto count = [&](const hllm::WeightTensor& t, double share) {
     weight_bytes += share * double(t.bytes());
+    if (share > 0) all_bytes += double(t.bytes());
     const Peak p = peak_for(t.type, peaks, session.isa());
     matmul_seconds += p.ops > 0 ? share * 2.0 * double(t.rows) * double(t.cols) / p.ops : 0.0;
   };
@@ -479,6 +480,7 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
   }
   const hllm::WeightTensor& output = model.output_weight();
   weight_bytes += double(output.bytes());
+  all_bytes += double(output.bytes());
   const double output_flops = 2.0 * double(output.rows) * double(output.cols);
   const double kv_bytes_per_position =
       double(session.kv_cache().bytes()) / double(session.context());
@@ -568,13 +570,20 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
                 hllm::to_string(session.isa()), hllm::to_string(session.kv_type()));
     std::printf("| model | type | weights | threads | test | t/s | of roofline |\n");
     std::printf("|---|---|---|---|---|---|---|\n");
+    char weights_column[64];  // with experts: all of them, and what a token reads
+    if (config.n_experts > 0)
+      std::snprintf(weights_column, sizeof weights_column, "%.2f GiB, %.2f active",
+                    all_bytes / double(1u << 30), weight_bytes / double(1u << 30));
+    else
+      std::snprintf(weights_column, sizeof weights_column, "%.2f GiB",
+                    weight_bytes / double(1u << 30));
     for (const Measurement& m : results) {
       const std::string of =
           m.test[0] == 't' ? std::string("bandwidth") : std::string(peak.kind) + " peak";
-      std::printf("| %s | %s | %.2f GiB | %zu | %s | %.2f ± %.2f | %.1f%% of %s |\n",
-                  model_name.c_str(), (type_name + (repacked ? " (repacked)" : "")).c_str(),
-                  weight_bytes / double(1u << 30), session.threads(), m.test.c_str(), m.mean,
-                  m.stddev, 100.0 * m.roofline_fraction, of.c_str());
+      std::printf("| %s | %s | %s | %zu | %s | %.2f ± %.2f | %.1f%% of %s |\n", model_name.c_str(),
+                  (type_name + (repacked ? " (repacked)" : "")).c_str(), weights_column,
+                  session.threads(), m.test.c_str(), m.mean, m.stddev, 100.0 * m.roofline_fraction,
+                  of.c_str());
     }
   }
 }
