@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -189,12 +190,34 @@ inline void save_synthetic_gguf(const std::string& path, const ModelConfig& conf
     out.set("general.quantization_version", std::uint32_t{2});
   write_vocabulary(out, vocab);
   const auto specs = model_tensor_specs(config);
+  // Experts go into llama.cpp's stacked 3-D tensors (ffn_gate_exps: every expert's ffn_gate.E),
+  // the only form its loader reads: the members of each stack, by spec index, in expert order.
+  std::map<std::string, std::vector<std::size_t>> stacks;
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (const auto part = fused_part(config, specs[i]); part && part->stacked > 0)
+      stacks[part->gguf].push_back(i);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& s = specs[i];
     const DType stored = synthetic_dtype(s, type);
+    const std::size_t bytes = WeightTensor{stored, nullptr, s.rows, s.cols, s.name}.bytes();
+    if (const auto part = fused_part(config, s); part && part->stacked > 0) {
+      if (part->first_row != 0) continue;  // written with the stack's first member
+      const std::vector<std::size_t> members = stacks.at(part->gguf);
+      out.add_tensor(
+          part->gguf, stored, {s.cols, s.rows, part->stacked}, bytes * members.size(),
+          [&specs, members, bytes, type, seed](std::span<std::byte> data) {
+            for (std::size_t m = 0; m < members.size(); ++m) {
+              const TensorSpec& member = specs[members[m]];
+              const std::vector<std::byte> t = synthetic_tensor(member, members[m], type, seed);
+              if (t.size() != bytes)
+                throw Error(ErrorKind::internal, "synthetic tensor size mismatch", {}, member.name);
+              std::memcpy(data.data() + m * bytes, t.data(), bytes);
+            }
+          });
+      continue;
+    }
     std::vector<std::uint64_t> dims{s.cols};  // vectors are 1-D, as llama.cpp writes them
     if (!s.is_vector()) dims.push_back(s.rows);
-    const std::size_t bytes = WeightTensor{stored, nullptr, s.rows, s.cols, s.name}.bytes();
     out.add_tensor(
         s.name, stored, std::move(dims), bytes, [s, i, type, seed](std::span<std::byte> data) {
           const std::vector<std::byte> t = synthetic_tensor(s, i, type, seed);
