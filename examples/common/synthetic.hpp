@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,10 +45,9 @@ inline ModelConfig synthetic_config(const std::string& name, bool plain = false)
   return c;
 }
 
-// The type a tensor is stored as: vectors (norms, biases) and routers stay float32, as
-// llama-quantize leaves them.
+// The type a tensor is stored as: vectors (norms, biases) and routers stay float32.
 inline DType synthetic_dtype(const TensorSpec& s, DType type) {
-  return s.is_vector() || s.name.ends_with(".ffn_gate_inp.weight") ? DType::f32 : type;
+  return kept_in_f32(s) ? DType::f32 : type;
 }
 
 // Tensor `index` of model_tensor_specs(), in its stored type's GGUF layout.
@@ -191,20 +189,17 @@ inline void save_synthetic_gguf(const std::string& path, const ModelConfig& conf
   write_vocabulary(out, vocab);
   const auto specs = model_tensor_specs(config);
   // Experts go into llama.cpp's stacked 3-D tensors (ffn_gate_exps: every expert's ffn_gate.E),
-  // the only form its loader reads: the members of each stack, by spec index, in expert order.
-  std::map<std::string, std::vector<std::size_t>> stacks;
-  for (std::size_t i = 0; i < specs.size(); ++i)
-    if (const auto part = fused_part(config, specs[i]); part && part->stacked > 0)
-      stacks[part->gguf].push_back(i);
+  // the only form its loader reads (fused projections are refused above).
+  const auto stacks = fused_members(config, specs);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& s = specs[i];
     const DType stored = synthetic_dtype(s, type);
     const std::size_t bytes = WeightTensor{stored, nullptr, s.rows, s.cols, s.name}.bytes();
-    if (const auto part = fused_part(config, s); part && part->stacked > 0) {
+    if (const auto part = fused_part(config, s)) {
       if (part->first_row != 0) continue;  // written with the stack's first member
       const std::vector<std::size_t> members = stacks.at(part->gguf);
       out.add_tensor(
-          part->gguf, stored, {s.cols, s.rows, part->stacked}, bytes * members.size(),
+          part->gguf, stored, part->file_dims(s.cols), bytes * members.size(),
           [&specs, members, bytes, type, seed](std::span<std::byte> data) {
             for (std::size_t m = 0; m < members.size(); ++m) {
               const TensorSpec& member = specs[members[m]];

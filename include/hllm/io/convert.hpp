@@ -81,10 +81,7 @@ inline ConvertedModel convert_model(const ModelConfig& config, const ModelWeight
         reference::dequantize_row(t, source, values.data() + r * t.cols);
       }
     }
-    // Vectors are F32 in memory; so is a router, which llama-quantize never quantizes either
-    // (a rounded router picks other experts).
-    const bool router = spec.name.ends_with(".ffn_gate_inp.weight");
-    const DType stored = spec.is_vector() || router ? DType::f32 : type;
+    const DType stored = kept_in_f32(spec) ? DType::f32 : type;
     if (DTypeInfo stored_info{};
         dtype_info(stored, stored_info) && t.cols % stored_info.block_elements != 0)
       throw Error(ErrorKind::unsupported,

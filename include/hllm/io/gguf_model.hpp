@@ -510,16 +510,15 @@ inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& 
     out.set("general.quantization_version", std::uint32_t{2});
   const auto specs = model_tensor_specs(c);
   const auto tensors = model_tensors(c, w);
+  const auto fused = fused_members(c, specs);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const WeightTensor& t = *tensors[i];
     if (const std::optional<FusedPart> part = fused_part(c, specs[i])) {
-      // The parts follow each other in spec order: written once, at the first, as one tensor
-      // filled from them when the file is written.
+      // Written once, at the first part, as one tensor filled from the parts when the file is
+      // written.
       if (part->first_row != 0) continue;
       std::vector<const WeightTensor*> parts;
-      for (std::size_t j = i; j < specs.size(); ++j)
-        if (const auto other = fused_part(c, specs[j]); other && other->gguf == part->gguf)
-          parts.push_back(tensors[j]);
+      for (const std::size_t j : fused.at(part->gguf)) parts.push_back(tensors[j]);
       std::size_t bytes = 0;
       for (const WeightTensor* p : parts) {
         if (p->type != t.type)
@@ -529,9 +528,7 @@ inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& 
                       {}, p->name);
         bytes += p->bytes();
       }
-      std::vector<std::uint64_t> dims{t.cols, part->file_rows};
-      if (part->stacked > 0) dims = {t.cols, part->file_rows / part->stacked, part->stacked};
-      out.add_tensor(part->gguf, t.type, std::move(dims), bytes,
+      out.add_tensor(part->gguf, t.type, part->file_dims(t.cols), bytes,
                      [parts](std::span<std::byte> data) {
                        std::size_t offset = 0;
                        for (const WeightTensor* p : parts) {

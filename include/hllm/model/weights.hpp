@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -108,6 +109,12 @@ struct TensorSpec {
                             // (GGUF's 3-D expert tensors)
   bool is_vector() const noexcept { return role != TensorRole::matrix; }
 };
+
+// Whether a quantized file keeps this tensor in F32: vectors, and routers, which llama-quantize
+// never quantizes either (a rounded router picks other experts).
+inline bool kept_in_f32(const TensorSpec& s) {
+  return s.is_vector() || s.name.ends_with(".ffn_gate_inp.weight");
+}
 
 // One tensor of a decoder layer, declared once: its GGUF name inside the layer
 // (blk.N.<gguf>), its Hugging Face name inside the layer (model.layers.N.<hf>), its role and
@@ -220,23 +227,21 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
   return t;
 }
 
-// How many tensors a model of this config has: embedding, the layers', final norm, output.
-inline std::size_t model_tensor_count(const ModelConfig& c) {
-  return 1 + layer_tensors(c).size() * static_cast<std::size_t>(c.n_layers) + 1 +
-         (c.tied_embeddings ? 0 : 1);
-}
-
 // The spec of a layer's tensor: blk.<layer>.<gguf name>.
 inline TensorSpec layer_tensor_spec(const LayerTensor& t, std::size_t layer) {
   return {"blk." + std::to_string(layer) + "." + t.gguf, t.rows, t.cols, t.role};
 }
 
-// The index-th tensor of model_tensor_specs(), computed on its own: loaders look tensors up one
-// at a time, so a corrupt layer count of millions fails at the first missing tensor instead of
-// first building millions of names (2 GB for a block_count of 16 million).
-inline TensorSpec model_tensor_spec(const ModelConfig& c, std::size_t index) {
+namespace detail {
+
+// model_tensor_count and model_tensor_spec for the layer list `layer` = layer_tensors(c), which
+// callers that need many specs build once (an expert model's list holds hundreds of entries).
+inline std::size_t model_tensor_count(const ModelConfig& c, const std::vector<LayerTensor>& layer) {
+  return 1 + layer.size() * static_cast<std::size_t>(c.n_layers) + 1 + (c.tied_embeddings ? 0 : 1);
+}
+inline TensorSpec model_tensor_spec(const ModelConfig& c, const std::vector<LayerTensor>& layer,
+                                    std::size_t index) {
   const auto dim = static_cast<std::size_t>(c.dim), vocab = static_cast<std::size_t>(c.vocab_size);
-  const std::vector<LayerTensor> layer = layer_tensors(c);
   const std::size_t layers_total = layer.size() * static_cast<std::size_t>(c.n_layers);
   if (index == 0) return {"token_embd.weight", vocab, dim};
   if (index == layers_total + 1) return {"output_norm.weight", 1, dim, TensorRole::norm};
@@ -246,11 +251,27 @@ inline TensorSpec model_tensor_spec(const ModelConfig& c, std::size_t index) {
   return layer_tensor_spec(layer[(index - 1) % layer.size()], (index - 1) / layer.size());
 }
 
+}  // namespace detail
+
+// How many tensors a model of this config has: embedding, the layers', final norm, output.
+inline std::size_t model_tensor_count(const ModelConfig& c) {
+  return detail::model_tensor_count(c, layer_tensors(c));
+}
+
+// The index-th tensor of model_tensor_specs(), computed on its own: loaders look tensors up one
+// at a time, so a corrupt layer count of millions fails at the first missing tensor instead of
+// first building millions of names (2 GB for a block_count of 16 million).
+inline TensorSpec model_tensor_spec(const ModelConfig& c, std::size_t index) {
+  return detail::model_tensor_spec(c, layer_tensors(c), index);
+}
+
 // Every tensor a model has, with GGUF names and shapes [rows][cols], in file order. (For
 // models whose weights exist; loaders use model_tensor_spec one at a time.)
 inline std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
+  const std::vector<LayerTensor> layer = layer_tensors(c);
+  const std::size_t count = detail::model_tensor_count(c, layer);
   std::vector<TensorSpec> specs;
-  for (std::size_t i = 0; i < model_tensor_count(c); ++i) specs.push_back(model_tensor_spec(c, i));
+  for (std::size_t i = 0; i < count; ++i) specs.push_back(detail::model_tensor_spec(c, layer, i));
   return specs;
 }
 
@@ -274,6 +295,12 @@ struct FusedPart {
   const char* hf;    // its Hugging Face name inside the layer; nullptr: HF holds the parts apart
   std::size_t first_row, file_rows;
   std::size_t stacked = 0;  // > 0: the file tensor is [stacked][file_rows / stacked][cols]
+
+  // The file tensor's GGUF dims (innermost first) for parts of `cols` columns.
+  std::vector<std::uint64_t> file_dims(std::size_t cols) const {
+    if (stacked > 0) return {cols, file_rows / stacked, stacked};
+    return {cols, file_rows};
+  }
 };
 
 // The fused file tensor that holds `spec`, or nothing when the family stores it on its own.
@@ -308,14 +335,26 @@ inline std::optional<FusedPart> fused_part(const ModelConfig& c, const TensorSpe
   return {};
 }
 
+// The parts of each fused file tensor among `specs` (model_tensor_specs(c)): their indices in
+// spec order, which is the order they follow each other in the file tensor. Writers fill a
+// fused tensor from these.
+inline std::map<std::string, std::vector<std::size_t>> fused_members(
+    const ModelConfig& c, const std::vector<TensorSpec>& specs) {
+  std::map<std::string, std::vector<std::size_t>> members;
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (const std::optional<FusedPart> part = fused_part(c, specs[i]))
+      members[part->gguf].push_back(i);
+  return members;
+}
+
 // Assigns the tensors, found by name through `lookup`, to their places in a ModelWeights.
 inline ModelWeights assemble_weights(const ModelConfig& c,
                                      const std::function<WeightTensor(const TensorSpec&)>& lookup) {
   ModelWeights w;
-  w.token_embedding = lookup(model_tensor_spec(c, 0));
+  const std::vector<LayerTensor> layer = layer_tensors(c);
+  w.token_embedding = lookup(detail::model_tensor_spec(c, layer, 0));
   // Layers are appended as their tensors are found (not sized up front), so a corrupt layer
   // count costs nothing before the first missing tensor stops it.
-  const std::vector<LayerTensor> layer = layer_tensors(c);
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights& weights = w.layers.emplace_back();
     weights.experts.resize(static_cast<std::size_t>(c.n_experts));
@@ -323,8 +362,8 @@ inline ModelWeights assemble_weights(const ModelConfig& c,
       t.at(weights) = lookup(layer_tensor_spec(t, static_cast<std::size_t>(l)));
   }
   const std::size_t after_layers = 1 + layer.size() * static_cast<std::size_t>(c.n_layers);
-  w.output_norm = lookup(model_tensor_spec(c, after_layers));
-  if (!c.tied_embeddings) w.output = lookup(model_tensor_spec(c, after_layers + 1));
+  w.output_norm = lookup(detail::model_tensor_spec(c, layer, after_layers));
+  if (!c.tied_embeddings) w.output = lookup(detail::model_tensor_spec(c, layer, after_layers + 1));
   return w;
 }
 
