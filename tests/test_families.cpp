@@ -61,7 +61,9 @@ void expect_family(const hllm::ModelConfig& c, const Family& f) {
   EXPECT_EQ(c.tied_embeddings, f.tied);
   EXPECT_EQ(c.sandwich_norm, f.sandwich);
   // HF's rows, which these families' GGUF files keep (llama's converter permutes them)
-  if (f.arch() != "llama") EXPECT_EQ(c.rope.layout, hllm::RopeLayout::neox);
+  if (f.arch() != "llama") {
+    EXPECT_EQ(c.rope.layout, hllm::RopeLayout::neox);
+  }
   if (f.sandwich) {  // Gemma 2's goldens: every variant of the family, at the checkpoint's values
     EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu_tanh);
     EXPECT_TRUE(c.scale_embeddings);
@@ -97,7 +99,9 @@ TEST_P(FamilyCheckpoint, GgufConversionLogitsMatchTheReference) {
   const hllm::gguf::File file = hllm::gguf::File::open(tmp / "model.gguf");
   EXPECT_EQ(file.get_string("general.architecture"), f.arch());
   EXPECT_TRUE(file.has(f.arch() + ".embedding_length"));
-  if (f.arch() != "llama") EXPECT_FALSE(file.has("llama.embedding_length"));
+  if (f.arch() != "llama") {
+    EXPECT_FALSE(file.has("llama.embedding_length"));
+  }
   EXPECT_EQ(file.find_tensor("blk.1.ffn_gate_exps.weight") != nullptr, f.experts > 0);
   EXPECT_EQ(file.find_tensor("blk.1.ffn_down_shexp.weight") != nullptr, f.arch() == "qwen2moe");
   EXPECT_EQ(file.find_tensor("blk.1.attn_k.bias") != nullptr, f.qkv_bias);

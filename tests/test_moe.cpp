@@ -66,7 +66,7 @@ struct Experts {
   }
   Experts(std::size_t n, std::uint32_t seed) {
     storage.reserve(3 * n + 1);
-    for (std::size_t e = 0; e < n; ++e)
+    for (std::uint32_t e = 0; e < n; ++e)
       experts.push_back({tensor(kFfn, kDim, seed + 3 * e), tensor(kFfn, kDim, seed + 3 * e + 1),
                          tensor(kDim, kFfn, seed + 3 * e + 2)});
     router = tensor(n, kDim, seed + 100);
