@@ -615,8 +615,8 @@ int main(int argc, char** argv) {
   cli.flag("--log-disable", o.log_disable,
            "Print nothing on stderr but errors (no progress of the tests or the load)");
   cli.flag("--plain", o.plain,
-           "With --preset: the same shape with every block variant (biases, QK-norm) off, as "
-           "llama: what the variants cost");
+           "With --preset: the same shape with every block variant (biases, QK-norm, Gemma's "
+           "norms, caps and windows, experts) off, as llama: what the variants cost");
   cli.path("--save", o.save_path, "Write the synthetic model as GGUF and exit");
   cli.path("--vocab", o.vocab_path, "With --save: the tokenizer of this GGUF file");
   cli.parse(argc, argv);
