@@ -43,9 +43,14 @@ void expect_logits_match(const hllm::ModelConfig& config, hllm::ModelWeights wei
 
 struct Family {
   const char* name;
-  bool qkv_bias, qk_norm, tied, fused, sandwich;
+  bool qkv_bias, tied, fused;
+  hllm::QkNorm qk_norm = hllm::QkNorm::none;
+  hllm::BlockLayout layout = hllm::BlockLayout::pre_norm;
   std::int64_t experts = 0;            // and 2 used, as the goldens have them
+  bool renormalized = false;           // the chosen experts' weights
   const char* architecture = nullptr;  // nullptr: the name
+  bool sandwich() const { return layout == hllm::BlockLayout::sandwich; }
+  bool output_norms() const { return layout != hllm::BlockLayout::pre_norm; }
   std::string arch() const { return architecture != nullptr ? architecture : name; }
 };
 
@@ -56,15 +61,16 @@ void expect_family(const hllm::ModelConfig& c, const Family& f) {
   EXPECT_EQ(c.architecture, f.arch());
   EXPECT_EQ(c.n_experts, f.experts);
   EXPECT_EQ(c.n_experts_used, f.experts > 0 ? 2 : 0);
+  EXPECT_EQ(c.expert_weights_normalized, f.renormalized);
   EXPECT_EQ(c.qkv_bias, f.qkv_bias);
   EXPECT_EQ(c.qk_norm, f.qk_norm);
   EXPECT_EQ(c.tied_embeddings, f.tied);
-  EXPECT_EQ(c.sandwich_norm, f.sandwich);
+  EXPECT_EQ(c.layout, f.layout);
   // HF's rows, which these families' GGUF files keep (llama's converter permutes them)
   if (f.arch() != "llama") {
     EXPECT_EQ(c.rope.layout, hllm::RopeLayout::neox);
   }
-  if (f.sandwich) {  // Gemma 2's goldens: every variant of the family, at the checkpoint's values
+  if (f.sandwich()) {  // Gemma 2's goldens: every variant of the family, at the checkpoint's values
     EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu_tanh);
     EXPECT_TRUE(c.scale_embeddings);
     EXPECT_EQ(c.attn_softcap, 5.0f);
@@ -105,12 +111,15 @@ TEST_P(FamilyCheckpoint, GgufConversionLogitsMatchTheReference) {
   EXPECT_EQ(file.find_tensor("blk.1.ffn_gate_exps.weight") != nullptr, f.experts > 0);
   EXPECT_EQ(file.find_tensor("blk.1.ffn_down_shexp.weight") != nullptr, f.arch() == "qwen2moe");
   EXPECT_EQ(file.find_tensor("blk.1.attn_k.bias") != nullptr, f.qkv_bias);
-  EXPECT_EQ(file.find_tensor("blk.1.attn_k_norm.weight") != nullptr, f.qk_norm);
+  EXPECT_EQ(file.find_tensor("blk.1.attn_k_norm.weight") != nullptr,
+            f.qk_norm != hllm::QkNorm::none);
   EXPECT_EQ(file.find_tensor("output.weight") == nullptr, f.tied);
   EXPECT_EQ(file.find_tensor("blk.1.attn_qkv.weight") != nullptr, f.fused);
   EXPECT_EQ(file.find_tensor("blk.1.ffn_gate.weight") == nullptr, f.fused || f.experts > 0);
-  EXPECT_EQ(file.find_tensor("blk.1.post_attention_norm.weight") != nullptr, f.sandwich);
-  EXPECT_EQ(file.find_tensor("blk.1.post_ffw_norm.weight") != nullptr, f.sandwich);
+  EXPECT_EQ(file.find_tensor("blk.1.post_attention_norm.weight") != nullptr, f.output_norms());
+  EXPECT_EQ(file.find_tensor("blk.1.post_ffw_norm.weight") != nullptr, f.output_norms());
+  EXPECT_EQ(file.find_tensor("blk.1.attn_norm.weight") == nullptr,
+            f.layout == hllm::BlockLayout::post_norm);
 
   hllm::GgufModel gguf = hllm::load_gguf_model(tmp / "model.gguf");
   expect_family(gguf.config, f);
@@ -150,15 +159,19 @@ TEST_P(FamilyCheckpoint, Q8_0ConversionStaysClose) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyCheckpoint,
-                         ::testing::Values(Family{"qwen2", true, false, true, false, false},
-                                           Family{"qwen3", false, true, false, false, false},
-                                           Family{"phi3", false, false, false, true, false},
-                                           Family{"gemma2", false, false, true, false, true},
-                                           Family{"mixtral", false, false, false, false, false, 4,
-                                                  "llama"},
-                                           Family{"qwen2moe", true, false, false, false, false, 4}),
-                         [](const auto& p) { return std::string(p.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Families, FamilyCheckpoint,
+    ::testing::Values(Family{"qwen2", true, true, false},
+                      Family{"qwen3", false, false, false, hllm::QkNorm::per_head},
+                      Family{"phi3", false, false, true},
+                      Family{"gemma2", false, true, false, {}, hllm::BlockLayout::sandwich},
+                      Family{"mixtral", false, false, false, {}, {}, 4, true, "llama"},
+                      Family{"qwen2moe", true, false, false, {}, {}, 4},
+                      Family{"qwen3moe", false, false, false, hllm::QkNorm::per_head, {}, 4, true},
+                      Family{"olmoe", false, false, false, hllm::QkNorm::whole, {}, 4},
+                      Family{"olmo2", false, false, false, hllm::QkNorm::whole,
+                             hllm::BlockLayout::post_norm}),
+    [](const auto& p) { return std::string(p.param.name); });
 
 // A GGUF file of a family, written from the qwen2 checkpoint, then altered by `edit`.
 std::string qwen2_gguf_with(const hllm::test::TempDir& tmp,
@@ -230,7 +243,7 @@ TEST(FamilyGguf, LlamaBiasesAreOptionalQwen3RefusesThem) {
   EXPECT_EQ(back.config.architecture, "llama");
 
   c.architecture = "qwen3";
-  c.qk_norm = true;
+  c.qk_norm = hllm::QkNorm::per_head;
   c.rope.layout = hllm::RopeLayout::neox;
   const hllm::Error e = catch_error(
       [&] { hllm::gguf_model_writer(c, hllm::random_weights(c, hllm::DType::f32, 3)); });
@@ -301,7 +314,7 @@ TEST(FamilyGguf, Gemma2DefaultsAreLlamaCppsAndTheWriterRefusesWhatFilesCannotHol
   EXPECT_TRUE(refused([](auto& x) { x.sliding_window_pattern = 6; }));
   EXPECT_TRUE(refused([](auto& x) { x.attention_scale = 0.5f; }));
   EXPECT_TRUE(refused([](auto& x) { x.ffn_activation = hllm::GateActivation::silu; }));
-  EXPECT_TRUE(refused([](auto& x) { x.sandwich_norm = false; }));
+  EXPECT_TRUE(refused([](auto& x) { x.layout = hllm::BlockLayout::pre_norm; }));
   // And a llama file cannot hold Gemma's variants either.
   EXPECT_TRUE(refused([](auto& x) {
     x.architecture = "llama";
@@ -355,6 +368,36 @@ TEST(FamilyHf, SlidingWindowFlagAndOutputBiasAreRefusedByName) {
   const hllm::ModelConfig c =
       hllm::hf_model_config(config_with("sliding_window", 4096), "config.json");
   EXPECT_EQ(c.sliding_window, 0);
+}
+
+// OLMoE's clip_qkv (null in its released checkpoints) clamps what no block here clamps.
+TEST(FamilyHf, ClipQkvIsRefusedByName) {
+  nlohmann::json j = nlohmann::json::parse(
+      hllm::io::read_text_file(kFamilies + "olmoe/config.json", "config.json"));
+  EXPECT_EQ(hllm::hf_model_config(j, "config.json").qk_norm, hllm::QkNorm::whole);
+  j["clip_qkv"] = 8.0;
+  const hllm::Error e = catch_error([&] { hllm::hf_model_config(j, "config.json"); });
+  EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
+  EXPECT_EQ(e.field(), "clip_qkv");
+}
+
+// Qwen3-MoE files hold renormalized experts narrower than feed_forward_length: the writer says
+// their width (expert_feed_forward_length) and refuses what llama.cpp's qwen3moe graph would
+// read otherwise (it renormalizes whatever the file says); OLMoE's are not renormalized.
+TEST(FamilyGguf, ExpertFilesSayTheirWidthAndRefuseOtherNormalization) {
+  for (const char* family : {"qwen3moe", "olmoe"}) {
+    SCOPED_TRACE(family);
+    const hllm::HfModel hf = hllm::load_hf_model(kFamilies + family);
+    hllm::test::TempDir tmp;
+    hllm::save_gguf_model(tmp / "m.gguf", hf.config, hf.weights);
+    const hllm::gguf::File file = hllm::gguf::File::open(tmp / "m.gguf");
+    const std::string key = std::string(family) + ".expert_feed_forward_length";
+    EXPECT_EQ(file.has(key), std::string(family) == "qwen3moe");
+    hllm::ModelConfig other = hf.config;
+    other.expert_weights_normalized = !other.expert_weights_normalized;
+    const hllm::Error e = catch_error([&] { hllm::gguf_model_writer(other, hf.weights); });
+    EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
+  }
 }
 
 }  // namespace

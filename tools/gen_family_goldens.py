@@ -23,13 +23,22 @@ Independent references
       biases (attention_bias=False); head_dim is a config key, independent of hidden_size;
     - phi3: transformers' models/phi3/modeling_phi3.py (4.46.3): Llama's arithmetic with q|k|v
       in one qkv_proj and gate|up in one gate_up_proj (`gate, up = y.chunk(2, dim=-1)`), and a
-      sliding window (wider than the prompt here).
-* Where the pinned transformers has the class (Qwen2ForCausalLM, Phi3ForCausalLM), its eager
+      sliding window (wider than the prompt here);
+    - qwen3moe: transformers' models/qwen3_moe/modeling_qwen3_moe.py (added in 4.51): Qwen3's
+      attention, and Qwen3MoeSparseMoeBlock's softmax router, top-k, `if self.norm_topk_prob:
+      routing_weights /= routing_weights.sum(...)`, experts of moe_intermediate_size;
+    - olmoe: models/olmoe/modeling_olmoe.py (4.46.3): `self.q_norm(self.q_proj(x))`, an
+      OlmoeRMSNorm over the whole projection (hidden_size for q, kv heads * head_dim for k)
+      before the head split; Mixtral-style experts, not renormalized (norm_topk_prob False);
+    - olmo2: models/olmo2/modeling_olmo2.py (added in 4.47): OLMoE's QK-norm, and
+      Olmo2DecoderLayer's `h = x + post_attention_layernorm(self_attn(x))`,
+      `out = h + post_feedforward_layernorm(mlp(h))`, no norm on the sublayers' inputs.
+* Where the pinned transformers has the class (Qwen2, Phi3, Gemma2, Mixtral, Qwen2Moe, Olmoe), its eager
   float64 forward,
   with the float32 casts inside kept in float64 as gen_goldens.py does for Llama, must agree
   with the textbook logits within 1e-9; the checkpoint is written by its save_pretrained.
-  Where it lacks the class (Qwen3), config.json is written with the keys Qwen3Config has and
-  the tensors with the names Qwen3ForCausalLM uses.
+  Where it lacks the class (Qwen3, Qwen3Moe, Olmo2), config.json is written with the keys its
+  config class has and the tensors with the names its model uses.
 Deterministic: fixed seeds; a re-run writes identical files.
 """
 
@@ -48,10 +57,11 @@ import gen_goldens as g  # noqa: E402  (helpers: Rng, rmsnorm, apply_rope, atten
 
 from safetensors.torch import save_file  # noqa: E402
 from transformers import (Gemma2Config, Gemma2ForCausalLM, MixtralConfig, MixtralForCausalLM,  # noqa: E402
-                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig,
-                          Qwen2MoeForCausalLM)
+                          OlmoeConfig, OlmoeForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM)
 from transformers.models.gemma2 import modeling_gemma2  # noqa: E402
 from transformers.models.mixtral import modeling_mixtral  # noqa: E402
+from transformers.models.olmoe import modeling_olmoe  # noqa: E402
 from transformers.models.qwen2_moe import modeling_qwen2_moe  # noqa: E402
 from transformers.models.phi3 import modeling_phi3  # noqa: E402
 from transformers.models.qwen2 import modeling_qwen2  # noqa: E402
@@ -65,7 +75,8 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
     """HF-named float32-exact float64 tensors for a decoder of this shape and variants."""
     dim, hd = cfg["hidden_size"], cfg["head_dim"]
     q, kv, ffn = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd, cfg["intermediate_size"]
-    sandwich = cfg["sandwich_norm"]
+    layout = cfg["layout"]
+    qk_norm_rows = {"head": (hd, hd), "whole": (q, kv)}.get(cfg["qk_norm"])
 
     def norm_weight(n: int) -> torch.Tensor:
         # Gemma's checkpoints hold w for a norm that scales by 1 + w; 1 + w stays float32-exact.
@@ -74,19 +85,21 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
     w = {"model.embed_tokens.weight": rng.normal(cfg["vocab_size"], dim)}  # [vocab, dim]
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
-        w[p + "input_layernorm.weight"] = norm_weight(dim)  # [dim]
+        if layout != "post":  # post-norm (OLMo 2): no norm on the sublayers' inputs
+            w[p + "input_layernorm.weight"] = norm_weight(dim)  # [dim]
         for name, rows in (("q", q), ("k", kv), ("v", kv)):
             w[p + f"self_attn.{name}_proj.weight"] = rng.linear(rows, dim)  # [rows, dim]
             if cfg["qkv_bias"]:
                 w[p + f"self_attn.{name}_proj.bias"] = rng.normal(rows, std=0.1)  # [rows]
-        if cfg["qk_norm"]:
-            w[p + "self_attn.q_norm.weight"] = norm_weight(hd)  # [hd]
-            w[p + "self_attn.k_norm.weight"] = norm_weight(hd)  # [hd]
+        if qk_norm_rows:  # per head (Qwen3): [hd] each; whole projection (OLMoE): [q], [kv]
+            w[p + "self_attn.q_norm.weight"] = norm_weight(qk_norm_rows[0])
+            w[p + "self_attn.k_norm.weight"] = norm_weight(qk_norm_rows[1])
         w[p + "self_attn.o_proj.weight"] = rng.linear(dim, q)  # [dim, q]
         # Sandwich norms (Gemma 2): post_attention_layernorm follows attention and
-        # pre_feedforward_layernorm precedes the FFN; without them the former is the FFN's norm.
+        # pre_feedforward_layernorm precedes the FFN; with post-norm (OLMo 2) the FFN has no
+        # input norm; with pre-norm post_attention_layernorm is the FFN's norm.
         w[p + "post_attention_layernorm.weight"] = norm_weight(dim)  # [dim]
-        if sandwich:
+        if layout == "sandwich":
             w[p + "pre_feedforward_layernorm.weight"] = norm_weight(dim)  # [dim]
         if cfg["n_experts"]:
             w.update(random_experts(rng, cfg, p))
@@ -94,7 +107,7 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
             w[p + "mlp.gate_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
             w[p + "mlp.up_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
             w[p + "mlp.down_proj.weight"] = rng.linear(dim, ffn)  # [dim, ffn]
-        if sandwich:
+        if layout != "pre":
             w[p + "post_feedforward_layernorm.weight"] = norm_weight(dim)  # [dim]
     w["model.norm.weight"] = norm_weight(dim)  # [dim]
     if not cfg["tie_word_embeddings"]:
@@ -172,20 +185,23 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
     h = w["model.embed_tokens.weight"][tokens]  # [T, dim]
     if cfg["embed_scale"]:  # Gemma: the embedding times sqrt(hidden_size)
         h = h * math.sqrt(cfg["hidden_size"])
+    layout = cfg["layout"]
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
-        n = norm(h, p + "input_layernorm.weight")  # [T, dim]
+        n = h if layout == "post" else norm(h, p + "input_layernorm.weight")  # [T, dim]
 
         def project(name: str, heads: int) -> torch.Tensor:
             y = n @ w[p + f"self_attn.{name}_proj.weight"].T  # [T, heads*hd]
             if cfg["qkv_bias"]:
                 y = y + w[p + f"self_attn.{name}_proj.bias"]
-            return y.reshape(T, heads, hd)  # [T, heads, hd]
+            if cfg["qk_norm"] == "whole":  # OLMoE, OLMo 2: over the whole projection
+                y = norm(y, p + f"self_attn.{name}_norm.weight") if name != "v" else y
+            y = y.reshape(T, heads, hd)  # [T, heads, hd]
+            if cfg["qk_norm"] == "head" and name != "v":  # Qwen3: per head, over head_dim
+                y = norm(y, p + f"self_attn.{name}_norm.weight")
+            return y
 
         q, k, v = project("q", H), project("k", KVH), project("v", KVH)
-        if cfg["qk_norm"]:  # per head, over head_dim
-            q = norm(q, p + "self_attn.q_norm.weight")  # [T, H, hd]
-            k = norm(k, p + "self_attn.k_norm.weight")  # [T, KVH, hd]
         q = g.apply_rope(q, pos, inv_freq, "neox")  # HF rotate_half: [T, H, hd]
         k = g.apply_rope(k, pos, inv_freq, "neox")  # [T, KVH, hd]
         # Layer l is windowed when pattern is 0 (all layers) or l % pattern < pattern - 1
@@ -194,9 +210,12 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
         a = g.attention(q, k, v, window if windowed else 0, scale=scale,
                         softcap=cfg["attn_softcap"]).reshape(T, H * hd)  # [T, H*hd]
         a = a @ w[p + "self_attn.o_proj.weight"].T  # [T, dim]
-        if cfg["sandwich_norm"]:
+        if layout == "sandwich":
             h = h + norm(a, p + "post_attention_layernorm.weight")
             m = norm(h, p + "pre_feedforward_layernorm.weight")  # [T, dim]
+        elif layout == "post":
+            h = h + norm(a, p + "post_attention_layernorm.weight")
+            m = h  # [T, dim]
         else:
             h = h + a
             m = norm(h, p + "post_attention_layernorm.weight")  # [T, dim]
@@ -210,7 +229,7 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
             else:  # GeGLU, GELU's tanh approximation
                 act = 0.5 * gate * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate ** 3)))
             f = (act * up) @ w[p + "mlp.down_proj.weight"].T  # [T, dim]
-        h = h + (norm(f, p + "post_feedforward_layernorm.weight") if cfg["sandwich_norm"] else f)
+        h = h + (f if layout == "pre" else norm(f, p + "post_feedforward_layernorm.weight"))
     out = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
     return softcap(norm(h, "model.norm.weight") @ out.T, cfg["final_softcap"])  # [T, vocab]
 
@@ -219,7 +238,7 @@ def base_config(**kw) -> dict:
     cfg = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
                rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, qkv_bias=False,
-               qk_norm=False, sandwich_norm=False, activation="silu", embed_scale=False,
+               qk_norm=None, layout="pre", activation="silu", embed_scale=False,
                attn_softcap=0.0, final_softcap=0.0, query_pre_attn_scalar=None, sliding_window=0,
                sliding_pattern=0, norm_offset=0.0, n_experts=0, n_experts_used=0, expert_ffn=0,
                shared_ffn=0, norm_topk=False, mixtral_names=False)
@@ -374,19 +393,55 @@ def hf_qwen2moe_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> t
                      g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]), TorchWithFloat64AsFloat)
 
 
-def write_qwen3_checkpoint(out: Path, w: dict, cfg: dict) -> None:
-    """config.json with Qwen3Config's keys and model.safetensors with Qwen3ForCausalLM's names."""
+def hf_olmoe_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """OlmoeForCausalLM on these weights: QK-norm over the whole projections, experts not
+    renormalized."""
+    hf_cfg = OlmoeConfig(num_experts=cfg["n_experts"], num_experts_per_tok=cfg["n_experts_used"],
+                         norm_topk_prob=cfg["norm_topk"], clip_qkv=None, pad_token_id=None, bos_token_id=1,
+                         eos_token_id=2, **common_hf_kwargs(cfg))
+    torch.manual_seed(0)
+    model = OlmoeForCausalLM(hf_cfg).eval()
+    return hf_logits(out, model, modeling_olmoe, w, tokens, lambda m: [m.model],
+                     g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]), TorchWithFloat64AsFloat)
+
+
+def common_config_keys(cfg: dict) -> dict:
+    """config.json keys every family's config class has, at this checkpoint's values."""
+    return {"attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+            "hidden_act": "silu", "hidden_size": cfg["hidden_size"], "initializer_range": 0.02,
+            "intermediate_size": cfg["intermediate_size"], "max_position_embeddings": cfg["max_position_embeddings"],
+            "num_attention_heads": cfg["num_attention_heads"], "num_hidden_layers": cfg["num_hidden_layers"],
+            "num_key_value_heads": cfg["num_key_value_heads"], "rms_norm_eps": cfg["rms_norm_eps"],
+            "rope_scaling": None, "rope_theta": cfg["rope_theta"], "tie_word_embeddings": cfg["tie_word_embeddings"],
+            "torch_dtype": "float32", "use_cache": True, "vocab_size": cfg["vocab_size"]}
+
+
+def qwen3_config(cfg: dict) -> dict:
+    """Qwen3Config's keys (transformers' models/qwen3/configuration_qwen3.py, 4.51)."""
+    return {**common_config_keys(cfg), "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+            "head_dim": cfg["head_dim"], "max_window_layers": cfg["num_hidden_layers"], "sliding_window": None,
+            "use_sliding_window": False}
+
+
+def qwen3moe_config(cfg: dict) -> dict:
+    """Qwen3MoeConfig's keys (models/qwen3_moe/configuration_qwen3_moe.py, 4.51)."""
+    return {**qwen3_config(cfg), "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+            "decoder_sparse_step": 1, "mlp_only_layers": [], "moe_intermediate_size": cfg["expert_ffn"],
+            "norm_topk_prob": cfg["norm_topk"], "num_experts": cfg["n_experts"],
+            "num_experts_per_tok": cfg["n_experts_used"], "output_router_logits": False,
+            "router_aux_loss_coef": 0.001}
+
+
+def olmo2_config(cfg: dict) -> dict:
+    """Olmo2Config's keys (models/olmo2/configuration_olmo2.py, 4.47)."""
+    return {**common_config_keys(cfg), "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2",
+            "pad_token_id": None}
+
+
+def write_checkpoint(out: Path, w: dict, config: dict) -> None:
+    """config.json and model.safetensors as save_pretrained writes them, for a class the pinned
+    transformers lacks: w holds the tensors under the names that class uses."""
     out.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False,
-              "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
-              "hidden_size": cfg["hidden_size"], "head_dim": cfg["head_dim"], "initializer_range": 0.02,
-              "intermediate_size": cfg["intermediate_size"],
-              "max_position_embeddings": cfg["max_position_embeddings"], "max_window_layers": cfg["num_hidden_layers"],
-              "num_attention_heads": cfg["num_attention_heads"], "num_hidden_layers": cfg["num_hidden_layers"],
-              "num_key_value_heads": cfg["num_key_value_heads"], "rms_norm_eps": cfg["rms_norm_eps"],
-              "rope_scaling": None, "rope_theta": cfg["rope_theta"], "sliding_window": None,
-              "tie_word_embeddings": cfg["tie_word_embeddings"], "torch_dtype": "float32",
-              "use_cache": True, "use_sliding_window": False, "vocab_size": cfg["vocab_size"]}
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     save_file({k: v.to(torch.float32).contiguous() for k, v in w.items()}, str(out / "model.safetensors"),
               metadata={"format": "pt"})
@@ -400,13 +455,14 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
     ref = decoder_logits(w, cfg, tokens)  # [T, vocab]
     note = "textbook float64 only (class not in the pinned transformers)"
     hf_forward = {"qwen2": hf_qwen2_logits, "phi3": hf_phi3_logits, "gemma2": hf_gemma2_logits,
-                  "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits}
+                  "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits, "olmoe": hf_olmoe_logits}
+    hf_config = {"qwen3": qwen3_config, "qwen3moe": qwen3moe_config, "olmo2": olmo2_config}
     if name in hf_forward:
         hf = hf_forward[name](out, w, cfg, tokens)
         err = g.assert_close(f"{name} textbook vs HF", ref, hf, g.TOL_F64)
         note = f"HF {name} float64 max diff {err:.1e}"
-    elif name == "qwen3":
-        write_qwen3_checkpoint(out, w, cfg)
+    else:
+        write_checkpoint(out, w, hf_config[name](cfg))
     g.emit(out, "logits.bin", {"tokens": tokens, "logits": ref},
            f"|logits| max {float(ref.abs().max()):.2f}; {note}")
 
@@ -417,7 +473,7 @@ def main(argv: list[str]) -> int:
     # Qwen2: q/k/v biases, tied embeddings (as Qwen2.5-0.5B).
     gen_family("qwen2", 11, base_config(qkv_bias=True, tie_word_embeddings=True))
     # Qwen3: QK-norm, head_dim (32) unrelated to hidden_size / heads (16), as Qwen3-0.6B.
-    gen_family("qwen3", 12, base_config(qk_norm=True, head_dim=32))
+    gen_family("qwen3", 12, base_config(qk_norm="head", head_dim=32))
     # Phi-3: fused q|k|v and gate|up, a sliding window (2047, as Phi-3-mini-4k's) past the prompt.
     gen_family("phi3", 13, base_config(sliding_window=2047, rope_theta=10000.0, rms_norm_eps=1e-5))
     # Gemma 2: sandwich norms scaling by 1 + w, GeGLU, the embedding times sqrt(hidden_size),
@@ -425,7 +481,7 @@ def main(argv: list[str]) -> int:
     # The soft-caps are far below Gemma 2's 50 and 30 so that tanh bends these small models'
     # scores and logits; query_pre_attn_scalar is head_dim, as in Gemma 2 2B and 9B (llama.cpp
     # derives the scale from head_dim and ignores the key).
-    gen_family("gemma2", 14, base_config(num_hidden_layers=3, sandwich_norm=True, activation="gelu_tanh",
+    gen_family("gemma2", 14, base_config(num_hidden_layers=3, layout="sandwich", activation="gelu_tanh",
                                          embed_scale=True, tie_word_embeddings=True, attn_softcap=5.0,
                                          final_softcap=3.0, query_pre_attn_scalar=16, sliding_window=8,
                                          sliding_pattern=2, norm_offset=1.0, rope_theta=10000.0))
@@ -436,6 +492,16 @@ def main(argv: list[str]) -> int:
     # sigmoid gate, q/k/v biases.
     gen_family("qwen2moe", 16, base_config(n_experts=4, n_experts_used=2, expert_ffn=64, shared_ffn=160,
                                            qkv_bias=True))
+    # Qwen3-MoE: Qwen3's per-head QK-norm and head_dim, 4 experts of width 64 (narrower than
+    # intermediate_size, as moe_intermediate_size is in Qwen3-30B-A3B), top-2 renormalized.
+    gen_family("qwen3moe", 17, base_config(qk_norm="head", head_dim=32, n_experts=4, n_experts_used=2,
+                                           expert_ffn=64, norm_topk=True))
+    # OLMoE: QK-norm over the whole q and k projections, 4 experts top-2 not renormalized; eps
+    # 1e-5, which llama.cpp's converter writes whatever config.json says.
+    gen_family("olmoe", 18, base_config(qk_norm="whole", n_experts=4, n_experts_used=2, expert_ffn=96,
+                                        rms_norm_eps=1e-5, rope_theta=10000.0))
+    # OLMo 2: post-norm blocks (norms on the sublayers' outputs only) and OLMoE's QK-norm.
+    gen_family("olmo2", 19, base_config(layout="post", qk_norm="whole", rope_theta=500000.0))
     return 0
 
 

@@ -157,7 +157,7 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
       c.shared_expert_ffn_dim = f.get_int_or(key("expert_shared_feed_forward_length"),
                                              f.get_int(key("feed_forward_length")));
   }
-  c.sandwich_norm = arch.sandwich_norm;
+  c.layout = arch.layout;
   c.ffn_activation = arch.activation;
   c.scale_embeddings = arch.scale_embeddings;
   if (arch.default_attn_softcap > 0.0f)
@@ -382,7 +382,7 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   const auto refuse = [&](const std::string& what) {
     throw Error(ErrorKind::unsupported, "GGUF " + c.architecture + " models cannot hold " + what);
   };
-  if (c.sandwich_norm != arch->sandwich_norm) refuse("this config's norm placement");
+  if (c.layout != arch->layout) refuse(std::string(block_layout_name(c.layout)) + " blocks");
   if (c.ffn_activation != arch->activation)
     refuse("the FFN activation " + std::string(gate_activation_name(c.ffn_activation)));
   if (c.scale_embeddings != arch->scale_embeddings) refuse("this config's embedding scaling");
@@ -392,7 +392,7 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   if (c.n_experts > 0 && c.expert_weights_normalized != arch->expert_weights_normalized)
     refuse(std::string(c.expert_weights_normalized ? "renormalized" : "unnormalized") +
            " expert weights");
-  if (c.n_experts > 0 && !arch->shared_expert && c.resolved_expert_ffn_dim() != c.ffn_dim)
+  if (c.n_experts > 0 && !arch->expert_ffn_key && c.resolved_expert_ffn_dim() != c.ffn_dim)
     refuse("experts narrower than feed_forward_length");
   if (c.n_experts > 0 && (c.shared_expert_ffn_dim > 0) != arch->shared_expert)
     refuse(c.shared_expert_ffn_dim > 0 ? "a shared expert" : "experts without a shared one");
@@ -429,7 +429,7 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   if (c.n_experts > 0) {
     out.set(p + "expert_count", u32(c.n_experts));
     out.set(p + "expert_used_count", u32(c.n_experts_used));
-    if (arch->shared_expert)  // else llama.cpp takes feed_forward_length (checked above)
+    if (arch->expert_ffn_key)  // else llama.cpp takes feed_forward_length (checked above)
       out.set(p + "expert_feed_forward_length", u32(c.resolved_expert_ffn_dim()));
     if (c.shared_expert_ffn_dim > 0)
       out.set(p + "expert_shared_feed_forward_length", u32(c.shared_expert_ffn_dim));

@@ -1,8 +1,8 @@
 #pragma once
-// Hugging Face checkpoints of the families of model/architecture.hpp (Llama, Mistral, Qwen2,
-// Qwen3, Phi-3, Gemma 2): config.json + safetensors (one file or shards). load_hf_model() reads the
-// config into a ModelConfig and maps the HF tensor names onto the model's tensors, using the mapped
-// data in place.
+// Hugging Face checkpoints of the families of model/architecture.hpp (Llama, Mistral, Mixtral,
+// Qwen2, Qwen3, their MoE forms, Phi-3, Gemma 2, OLMoE, OLMo 2): config.json + safetensors (one
+// file or shards). load_hf_model() reads the config into a ModelConfig and maps the HF tensor names
+// onto the model's tensors, using the mapped data in place.
 //
 // RoPE layout: HF's attention (every family here) rotates the pairs (i, i + head_dim/2) of each
 // head
@@ -192,6 +192,9 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   if (r.boolean_or("attention_bias", false))
     r.fail(ErrorKind::unsupported, "attention biases with an output bias are not supported",
            "attention_bias");
+  // OLMo's clip_qkv clamps q, k and v to [-c, c] (llama.cpp's olmoe graph ignores it).
+  if (r.has("clip_qkv"))
+    r.fail(ErrorKind::unsupported, "clamping q, k and v (clip_qkv) is not supported", "clip_qkv");
   if (r.boolean_or("mlp_bias", false))
     r.fail(ErrorKind::unsupported, "MLP biases are not supported", "mlp_bias");
   // Qwen2/Qwen3 carry a sliding_window that applies only when use_sliding_window is true (and
@@ -205,7 +208,7 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   c.architecture = arch->gguf;
   c.qkv_bias = arch->qkv_bias == Presence::always;
   c.qk_norm = arch->qk_norm;
-  c.sandwich_norm = arch->sandwich_norm;
+  c.layout = arch->layout;
   c.ffn_activation = arch->activation;
   c.scale_embeddings = arch->scale_embeddings;
   c.sliding_window_pattern = arch->window_pattern;

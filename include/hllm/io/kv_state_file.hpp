@@ -95,16 +95,17 @@ inline std::uint64_t model_fingerprint(const ModelConfig& c) {
     add_float(v);
   add(r.freq_factors.size());
   for (const float v : r.freq_factors) add_float(v);
-  const bool variants = c.qkv_bias || c.qk_norm || c.sandwich_norm ||
-                        c.ffn_activation != GateActivation::silu || c.scale_embeddings ||
-                        c.attention_scale != 0.0f || c.attn_softcap != 0.0f ||
-                        c.sliding_window_pattern != 0 || c.n_experts != 0;
+  const bool variants =
+      c.qkv_bias || c.qk_norm != QkNorm::none || c.layout != BlockLayout::pre_norm ||
+      c.ffn_activation != GateActivation::silu || c.scale_embeddings || c.attention_scale != 0.0f ||
+      c.attn_softcap != 0.0f || c.sliding_window_pattern != 0 || c.n_experts != 0;
   if (variants) {
     for (const std::int64_t v :
-         {std::int64_t{c.qkv_bias}, std::int64_t{c.qk_norm}, std::int64_t{c.sandwich_norm},
-          static_cast<std::int64_t>(c.ffn_activation), std::int64_t{c.scale_embeddings},
-          c.sliding_window_pattern, c.n_experts, c.n_experts_used, c.resolved_expert_ffn_dim(),
-          std::int64_t{c.expert_weights_normalized}, c.shared_expert_ffn_dim})
+         {std::int64_t{c.qkv_bias}, static_cast<std::int64_t>(c.qk_norm),
+          static_cast<std::int64_t>(c.layout), static_cast<std::int64_t>(c.ffn_activation),
+          std::int64_t{c.scale_embeddings}, c.sliding_window_pattern, c.n_experts, c.n_experts_used,
+          c.resolved_expert_ffn_dim(), std::int64_t{c.expert_weights_normalized},
+          c.shared_expert_ffn_dim})
       add(static_cast<std::uint64_t>(v));
     add_float(c.attention_scale);
     add_float(c.attn_softcap);

@@ -12,6 +12,7 @@
 
 #include "hllm/kernels/activation.hpp"
 #include "hllm/kernels/reference.hpp"
+#include "hllm/model/config.hpp"
 
 namespace hllm {
 
@@ -27,12 +28,12 @@ struct Architecture {
   std::array<const char*, 3> hf;        // config.json "architectures" names (nullptr: none)
   RopeLayout gguf_rope;                 // rows of q/k in GGUF files (llama.cpp's rope type)
   Presence qkv_bias = Presence::never;  // biases on the q, k and v projections
-  bool qk_norm = false;                 // RMSNorm over each q and k head before RoPE
+  QkNorm qk_norm = QkNorm::none;        // RMSNorm of q and k before RoPE
   bool fused_projections = false;       // files hold q|k|v and gate|up as one matrix each
   bool gguf_sliding_window = true;      // attention.sliding_window of its GGUF files is honoured
-  // Gemma's variants: sandwich norms, GeGLU, the embedding scaled by sqrt(dim), soft-capped
-  // attention scores and logits (as the files' metadata says), windows on some layers only.
-  bool sandwich_norm = false;
+  BlockLayout layout = BlockLayout::pre_norm;
+  // Gemma's variants: GeGLU, the embedding scaled by sqrt(dim), soft-capped attention scores
+  // and logits (as the files' metadata says), windows on some layers only.
   GateActivation activation = GateActivation::silu;
   bool scale_embeddings = false;
   // GGUF attn_logit_ and final_logit_softcapping are read, these when a file has none; 0:
@@ -51,6 +52,8 @@ struct Architecture {
   bool expert_weights_normalized = false;
   bool hf_mixtral_experts = false;
   bool shared_expert = false;  // MoE layers also have a sigmoid-gated shared expert
+  // Files give the experts' width as expert_feed_forward_length; else feed_forward_length is it.
+  bool expert_ffn_key = false;
   // llama.cpp scales the scores of files of this many layers (Gemma 2 27B: 46) by
   // 1/sqrt(dim / n_heads) rather than 1/sqrt(head_dim); 0: never.
   std::int64_t gguf_width_scaled_layers = 0;
@@ -65,7 +68,12 @@ struct Architecture {
 // half-split rows, a 4096 window on the even layers, tied embeddings, and what llama.cpp's
 // gemma2 graph does (llama-model's load_arch_hparams and build_arch_graph). Experts: llama
 // files hold Mixtral's (renormalized, as llama.cpp's llama graph has it), qwen2moe files
-// Qwen2-MoE's (not renormalized, with a sigmoid-gated shared expert).
+// Qwen2-MoE's (not renormalized, with a sigmoid-gated shared expert), qwen3moe files Qwen3's
+// QK-normed attention with renormalized experts and no shared one (llama.cpp's qwen3moe graph
+// renormalizes whatever the file says). olmoe: QK-norm over the whole q and k projections,
+// experts not renormalized (llama.cpp's olmoe graph). olmo2: post-norm blocks (a norm on each
+// sublayer's output, none on its input) with OLMoE's QK-norm; its files' array-valued window
+// pattern (OLMo 3's) is refused by the reader.
 inline constexpr Architecture kArchitectures[] = {
     {.gguf = "llama",
      .hf = {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"},
@@ -80,12 +88,28 @@ inline constexpr Architecture kArchitectures[] = {
     {.gguf = "qwen3",
      .hf = {"Qwen3ForCausalLM", nullptr},
      .gguf_rope = RopeLayout::neox,
-     .qk_norm = true},
+     .qk_norm = QkNorm::per_head},
     {.gguf = "qwen2moe",
      .hf = {"Qwen2MoeForCausalLM", nullptr},
      .gguf_rope = RopeLayout::neox,
      .qkv_bias = Presence::always,
-     .shared_expert = true},
+     .shared_expert = true,
+     .expert_ffn_key = true},
+    {.gguf = "qwen3moe",
+     .hf = {"Qwen3MoeForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::neox,
+     .qk_norm = QkNorm::per_head,
+     .expert_weights_normalized = true,
+     .expert_ffn_key = true},
+    {.gguf = "olmoe",
+     .hf = {"OlmoeForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::neox,
+     .qk_norm = QkNorm::whole},
+    {.gguf = "olmo2",
+     .hf = {"Olmo2ForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::neox,
+     .qk_norm = QkNorm::whole,
+     .layout = BlockLayout::post_norm},
     {.gguf = "phi3",
      .hf = {"Phi3ForCausalLM", nullptr},
      .gguf_rope = RopeLayout::neox,
@@ -94,7 +118,7 @@ inline constexpr Architecture kArchitectures[] = {
     {.gguf = "gemma2",
      .hf = {"Gemma2ForCausalLM", nullptr},
      .gguf_rope = RopeLayout::neox,
-     .sandwich_norm = true,
+     .layout = BlockLayout::sandwich,
      .activation = GateActivation::gelu_tanh,
      .scale_embeddings = true,
      .default_attn_softcap = 50.0f,

@@ -15,6 +15,29 @@
 
 namespace hllm {
 
+// Where a decoder block's norms sit. N is the block's norm; Attn and FFN its sublayers.
+enum class BlockLayout : std::uint8_t {
+  pre_norm,   // h = x + Attn(N(x)), out = h + FFN(N(h)) (Llama)
+  sandwich,   // h = x + N(Attn(N(x))), out = h + N(FFN(N(h))) (Gemma 2)
+  post_norm,  // h = x + N(Attn(x)), out = h + N(FFN(h)) (OLMo 2)
+};
+
+// RMSNorm of the queries and keys before RoPE.
+enum class QkNorm : std::uint8_t {
+  none,
+  per_head,  // over each head's head_dim values, one weight [head_dim] shared by the heads (Qwen3)
+  whole,     // over all of q ([q_dim] weight) and all of k ([kv_dim]) (OLMoE, OLMo 2)
+};
+
+inline const char* block_layout_name(BlockLayout l) noexcept {
+  switch (l) {
+    case BlockLayout::pre_norm: return "pre-norm";
+    case BlockLayout::sandwich: return "sandwich norms";
+    case BlockLayout::post_norm: return "post-norm";
+  }
+  return "?";
+}
+
 struct ModelConfig {
   std::string name = "llama";          // general.name: what the model calls itself
   std::string architecture = "llama";  // the GGUF architecture files of it declare
@@ -35,10 +58,8 @@ struct ModelConfig {
   std::int64_t sliding_window_pattern = 0;
   bool tied_embeddings = false;  // output projection = token embedding
   bool qkv_bias = false;         // q, k and v projections add a bias (Qwen2)
-  bool qk_norm = false;          // RMSNorm over each head of q and of k before RoPE (Qwen3)
-  // Sandwich norms (Gemma 2): the attention and FFN outputs are RMS-normed again before each
-  // joins the residual stream.
-  bool sandwich_norm = false;
+  QkNorm qk_norm = QkNorm::none;
+  BlockLayout layout = BlockLayout::pre_norm;
   GateActivation ffn_activation = GateActivation::silu;  // SwiGLU, or GeGLU (Gemma)
   bool scale_embeddings = false;                         // token embeddings times sqrt(dim) (Gemma)
   float attention_scale = 0.0f;  // score = q·k · attention_scale; 0: 1/sqrt(head_dim)

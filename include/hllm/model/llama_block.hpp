@@ -4,10 +4,12 @@
 //   out = h + SwiGLU(RMSNorm(h))
 // with the variants other families add, each a runtime field of ModelConfig: biases on the
 // q/k/v projections (Qwen2: Wq·n + bq, ...); QK-norm (Qwen3: RoPE(RMSNorm_head(Wq·n)), the
-// norm over each head's head_dim values, one weight vector shared by the heads); sandwich norms
-// (Gemma 2: h = x + RMSNorm(Wo · Attention(...)), out = h + RMSNorm(FFN(RMSNorm(h)))); GeGLU
-// for SwiGLU; the attention's score scale and soft-cap, and a sliding window on some layers; a
-// mixture of experts for the FFN (nn/moe.hpp: Mixtral, Qwen2-MoE).
+// norm over each head's head_dim values, one weight vector shared by the heads; OLMoE: one norm
+// over the whole projection); the norms' placement (BlockLayout: Gemma 2's sandwich,
+// h = x + RMSNorm(Wo · Attention(...)), out = h + RMSNorm(FFN(RMSNorm(h))); OLMo 2's post-norm,
+// the same without the input norms); GeGLU for SwiGLU; the attention's score scale and soft-cap,
+// and a sliding window on some layers; a mixture of experts for the FFN (nn/moe.hpp: Mixtral,
+// Qwen2-MoE, Qwen3-MoE, OLMoE).
 // The block owns no activations: the session's scratch holds them, so one block (and one model)
 // serves any number of sequences at once.
 
@@ -76,7 +78,7 @@ class LlamaBlock {
         n_kv_heads_(static_cast<std::size_t>(config.n_kv_heads)),
         qkv_bias_(config.qkv_bias),
         qk_norm_(config.qk_norm),
-        sandwich_norm_(config.sandwich_norm),
+        layout_(config.layout),
         activation_(config.ffn_activation),
         routing_(BlockScratch::expert_routing(config)),
         norm_(config.rms_eps),
@@ -110,11 +112,15 @@ class LlamaBlock {
     const std::size_t q_width = n_heads_() * head_dim, kv_width = n_kv_heads_() * head_dim;
     const std::size_t half_rot = rope.rot_dims() / 2;
 
-    norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.attn_norm.as<float>(),
-                  matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
+    // A post-norm block's sublayers read the residual stream itself.
+    const bool post_norm = layout_ == BlockLayout::post_norm;
+    const float* sublayer_in = post_norm ? x : s.normed.data();  // [n_tokens][dim]
+    if (!post_norm)
+      norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.attn_norm.as<float>(),
+                    matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
     const Compute::Product qkv[] = {
         {&weights_.wq, s.q.data()}, {&weights_.wk, s.k.data()}, {&weights_.wv, s.v.data()}};
-    compute.matmul_fused(qkv, s.normed.data(), n_tokens);
+    compute.matmul_fused(qkv, sublayer_in, n_tokens);
     // A quantized cache stores rotated rows (nn/kv_rotation.hpp); queries turn with the keys.
     const KVRotation rotation = chunk.rotation();
     for (std::size_t t = 0; t < n_tokens; ++t) {
@@ -126,7 +132,12 @@ class LlamaBlock {
         add_into(k, weights_.bk.as<float>(), kv_width);
         add_into(v, weights_.bv.as<float>(), kv_width);
       }
-      if (qk_norm_) {
+      if (qk_norm_ == QkNorm::whole) {
+        norm_.forward(matrix_view<const float>(q, 1, q_width), weights_.q_norm.as<float>(),
+                      matrix_view(q, 1, q_width), compute.kernels());
+        norm_.forward(matrix_view<const float>(k, 1, kv_width), weights_.k_norm.as<float>(),
+                      matrix_view(k, 1, kv_width), compute.kernels());
+      } else if (qk_norm_ == QkNorm::per_head) {
         norm_.forward(matrix_view<const float>(q, n_heads_(), head_dim),
                       weights_.q_norm.as<float>(), matrix_view(q, n_heads_(), head_dim),
                       compute.kernels());
@@ -162,24 +173,26 @@ class LlamaBlock {
     if (rotation.active())  // the output of rotated values, turned back (H is its own inverse)
       hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
-    if (sandwich_norm_)
+    const bool output_norms = layout_ != BlockLayout::pre_norm;
+    if (output_norms)
       normalize_in_place(compute, s.projected.data(), n_tokens, weights_.post_attn_norm);
     add_into(x, s.projected.data(), n_tokens * dim);
 
-    norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm.as<float>(),
-                  matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
+    if (!post_norm)
+      norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm.as<float>(),
+                    matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
     if (routing_.n_experts > 0) {
       const bool shared = !weights_.shared_expert.gate.empty();
       const MoeWeights moe{&weights_.router, &weights_.experts,
                            shared ? &weights_.shared_expert : nullptr,
                            shared ? weights_.shared_expert_gate.as<float>() : nullptr};
-      MixtureOfExperts::forward(compute, moe, routing_, activation_, s.normed.data(), n_tokens, dim,
+      MixtureOfExperts::forward(compute, moe, routing_, activation_, sublayer_in, n_tokens, dim,
                                 s.projected.data(), s.moe, s.gate.data(), s.up.data());
     } else {
-      GatedFeedForward::forward(compute, weights_.ffn, activation_, s.normed.data(), n_tokens,
+      GatedFeedForward::forward(compute, weights_.ffn, activation_, sublayer_in, n_tokens,
                                 s.projected.data(), s.gate.data(), s.up.data());
     }
-    if (sandwich_norm_)
+    if (output_norms)
       normalize_in_place(compute, s.projected.data(), n_tokens, weights_.post_ffn_norm);
     add_into(x, s.projected.data(), n_tokens * dim);
   }
@@ -200,7 +213,9 @@ class LlamaBlock {
   [[no_unique_address]] Size<Spec::dim> dim_;
   [[no_unique_address]] Size<Spec::n_heads> n_heads_;
   [[no_unique_address]] Size<Spec::n_kv_heads> n_kv_heads_;
-  bool qkv_bias_, qk_norm_, sandwich_norm_;
+  bool qkv_bias_;
+  QkNorm qk_norm_;
+  BlockLayout layout_;
   GateActivation activation_;
   ExpertRouting routing_;
   RMSNorm norm_;

@@ -96,7 +96,7 @@ struct Qwen3_0_6B : ModelSpec<W, KV, 1024, 28, 16, 8, 128, 3072, 151936> {
     c.head_dim = 128;
     c.rms_eps = 1e-6f;
     c.tied_embeddings = true;
-    c.qk_norm = true;
+    c.qk_norm = QkNorm::per_head;
     c.rope.layout = RopeLayout::neox;
     return c;
   }
@@ -126,7 +126,7 @@ struct Gemma2_2B : ModelSpec<W, KV, 2304, 26, 8, 4, 256, 9216, 256000> {
     c.rms_eps = 1e-6f;
     c.tied_embeddings = true;
     c.rope.layout = RopeLayout::neox;
-    c.sandwich_norm = true;
+    c.layout = BlockLayout::sandwich;
     c.ffn_activation = GateActivation::gelu_tanh;
     c.scale_embeddings = true;
     c.attn_softcap = 50.0f;
@@ -169,13 +169,28 @@ struct Qwen1_5_MoE_A2_7B : ModelSpec<W, KV, 2048, 24, 16, 16, 128, 5632, 151936>
   }
 };
 
+// OLMoE-1B-7B: 64 experts of 1024, 8 used (not renormalized), QK-norm over the whole q and k
+// projections, MHA, untied embeddings.
+template <class W = AnyWeight, class KV = float>
+struct Olmoe_1B_7B : ModelSpec<W, KV, 2048, 16, 16, 16, 128, 1024, 50304> {
+  static ModelConfig config() {
+    ModelConfig c = detail::make("olmoe-1b-7b", 50304, 2048, 16, 16, 16, 1024, 4096, 10000.0f);
+    c.architecture = "olmoe";
+    c.qk_norm = QkNorm::whole;
+    c.rope.layout = RopeLayout::neox;
+    c.n_experts = 64;
+    c.n_experts_used = 8;
+    return c;
+  }
+};
+
 // The same shape with every block variant off: the plain Llama twin of a config, which tells
 // what the variants cost (hllm-bench --plain).
 inline ModelConfig without_variants(ModelConfig c) {
   c.architecture = "llama";
   c.qkv_bias = false;
-  c.qk_norm = false;
-  c.sandwich_norm = false;
+  c.qk_norm = QkNorm::none;
+  c.layout = BlockLayout::pre_norm;
   c.ffn_activation = GateActivation::silu;
   c.scale_embeddings = false;
   c.attention_scale = 0.0f;
@@ -191,9 +206,9 @@ inline ModelConfig without_variants(ModelConfig c) {
 
 // Runtime lookup by name (as the benchmark's --preset flag spells them).
 inline std::vector<std::string> names() {
-  return {"tinyllama-1.1b", "llama-2-7b",   "llama-3-8b",       "llama-3.2-1b",
-          "mistral-7b",     "qwen2.5-0.5b", "qwen3-0.6b",       "phi-3-mini",
-          "gemma-2-2b",     "mixtral-mini", "qwen1.5-moe-a2.7b"};
+  return {"tinyllama-1.1b", "llama-2-7b",   "llama-3-8b",        "llama-3.2-1b",
+          "mistral-7b",     "qwen2.5-0.5b", "qwen3-0.6b",        "phi-3-mini",
+          "gemma-2-2b",     "mixtral-mini", "qwen1.5-moe-a2.7b", "olmoe-1b-7b"};
 }
 
 inline ModelConfig by_name(std::string_view name) {
@@ -208,6 +223,7 @@ inline ModelConfig by_name(std::string_view name) {
   if (name == "gemma-2-2b") return Gemma2_2B<>::config();
   if (name == "mixtral-mini") return Mixtral_Mini<>::config();
   if (name == "qwen1.5-moe-a2.7b") return Qwen1_5_MoE_A2_7B<>::config();
+  if (name == "olmoe-1b-7b") return Olmoe_1B_7B<>::config();
   std::string known;
   for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(ErrorKind::invalid_argument,

@@ -30,21 +30,21 @@
 namespace hllm {
 
 struct LayerWeights {
-  WeightTensor attn_norm;       // [1][dim], f32
+  WeightTensor attn_norm;       // [1][dim], f32; empty in a post-norm block
   WeightTensor wq;              // [n_heads*head_dim][dim]
   WeightTensor wk;              // [n_kv_heads*head_dim][dim]
   WeightTensor wv;              // [n_kv_heads*head_dim][dim]
   WeightTensor bq;              // [1][n_heads*head_dim], f32; empty unless config.qkv_bias
   WeightTensor bk;              // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
   WeightTensor bv;              // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
-  WeightTensor q_norm;          // [1][head_dim], f32; empty unless config.qk_norm
-  WeightTensor k_norm;          // [1][head_dim], f32; empty unless config.qk_norm
+  WeightTensor q_norm;          // [1][head_dim] (QkNorm::per_head) or [1][q_dim] (whole), f32
+  WeightTensor k_norm;          // [1][head_dim] or [1][kv_dim], f32; empty without QK-norm
   WeightTensor wo;              // [dim][n_heads*head_dim]
-  WeightTensor post_attn_norm;  // [1][dim], f32; empty unless config.sandwich_norm
-  WeightTensor ffn_norm;        // [1][dim], f32
+  WeightTensor post_attn_norm;  // [1][dim], f32; with sandwich and post-norm layouts
+  WeightTensor ffn_norm;        // [1][dim], f32; empty in a post-norm block
   FeedForwardWeights ffn;       // gate, up: [ffn_dim][dim]; down: [dim][ffn_dim]; empty in
                                 // a mixture-of-experts layer
-  WeightTensor post_ffn_norm;   // [1][dim], f32; empty unless config.sandwich_norm
+  WeightTensor post_ffn_norm;   // [1][dim], f32; with sandwich and post-norm layouts
   // Mixture of experts (config.n_experts > 0), in place of ffn:
   WeightTensor router;                      // [n_experts][dim] (ffn_gate_inp)
   std::vector<FeedForwardWeights> experts;  // n_experts of gate, up: [expert_ffn][dim];
@@ -175,9 +175,12 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
   const auto dim = static_cast<std::size_t>(c.dim), q = static_cast<std::size_t>(c.q_dim()),
              kv = static_cast<std::size_t>(c.kv_dim()), ffn = static_cast<std::size_t>(c.ffn_dim),
              head = static_cast<std::size_t>(c.resolved_head_dim());
+  const bool post_norm = c.layout == BlockLayout::post_norm;
+  const bool output_norms = post_norm || c.layout == BlockLayout::sandwich;
   std::vector<LayerTensor> t;
-  t.push_back({"attn_norm.weight", "input_layernorm.weight", R::norm, 1, dim,
-               [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm; }});
+  if (!post_norm)
+    t.push_back({"attn_norm.weight", "input_layernorm.weight", R::norm, 1, dim,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm; }});
   t.push_back({"attn_q.weight", "self_attn.q_proj.weight", R::matrix, q, dim,
                [](L& l, std::size_t) -> WeightTensor& { return l.wq; }});
   t.push_back({"attn_k.weight", "self_attn.k_proj.weight", R::matrix, kv, dim,
@@ -192,21 +195,24 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
     t.push_back({"attn_v.bias", "self_attn.v_proj.bias", R::bias, 1, kv,
                  [](L& l, std::size_t) -> WeightTensor& { return l.bv; }});
   }
-  if (c.qk_norm) {
-    t.push_back({"attn_q_norm.weight", "self_attn.q_norm.weight", R::norm, 1, head,
+  if (c.qk_norm != QkNorm::none) {
+    const bool whole = c.qk_norm == QkNorm::whole;
+    t.push_back({"attn_q_norm.weight", "self_attn.q_norm.weight", R::norm, 1, whole ? q : head,
                  [](L& l, std::size_t) -> WeightTensor& { return l.q_norm; }});
-    t.push_back({"attn_k_norm.weight", "self_attn.k_norm.weight", R::norm, 1, head,
+    t.push_back({"attn_k_norm.weight", "self_attn.k_norm.weight", R::norm, 1, whole ? kv : head,
                  [](L& l, std::size_t) -> WeightTensor& { return l.k_norm; }});
   }
   t.push_back({"attn_output.weight", "self_attn.o_proj.weight", R::matrix, dim, q,
                [](L& l, std::size_t) -> WeightTensor& { return l.wo; }});
-  // Hugging Face calls the FFN's norm post_attention_layernorm, except with sandwich norms
-  // (Gemma 2), where that is the norm after attention and the FFN's is pre_feedforward_.
-  if (c.sandwich_norm) {
+  // Hugging Face calls the FFN's norm post_attention_layernorm, except with norms on the
+  // sublayers' outputs (Gemma 2, OLMo 2), where that is the norm after attention and the FFN's
+  // (Gemma's; OLMo 2 has none) is pre_feedforward_.
+  if (output_norms) {
     t.push_back({"post_attention_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.post_attn_norm; }});
-    t.push_back({"ffn_norm.weight", "pre_feedforward_layernorm.weight", R::norm, 1, dim,
-                 [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
+    if (!post_norm)
+      t.push_back({"ffn_norm.weight", "pre_feedforward_layernorm.weight", R::norm, 1, dim,
+                   [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
   } else {
     t.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
@@ -221,7 +227,7 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
     t.push_back({"ffn_down.weight", "mlp.down_proj.weight", R::matrix, dim, ffn,
                  [](L& l, std::size_t) -> WeightTensor& { return l.ffn.down; }});
   }
-  if (c.sandwich_norm)
+  if (output_norms)
     t.push_back({"post_ffw_norm.weight", "post_feedforward_layernorm.weight", R::norm, 1, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.post_ffn_norm; }});
   return t;
