@@ -132,18 +132,11 @@ class LlamaBlock {
         add_into(k, weights_.bk.as<float>(), kv_width);
         add_into(v, weights_.bv.as<float>(), kv_width);
       }
-      if (qk_norm_ == QkNorm::whole) {
-        norm_.forward(matrix_view<const float>(q, 1, q_width), weights_.q_norm.as<float>(),
-                      matrix_view(q, 1, q_width), compute.kernels());
-        norm_.forward(matrix_view<const float>(k, 1, kv_width), weights_.k_norm.as<float>(),
-                      matrix_view(k, 1, kv_width), compute.kernels());
-      } else if (qk_norm_ == QkNorm::per_head) {
-        norm_.forward(matrix_view<const float>(q, n_heads_(), head_dim),
-                      weights_.q_norm.as<float>(), matrix_view(q, n_heads_(), head_dim),
-                      compute.kernels());
-        norm_.forward(matrix_view<const float>(k, n_kv_heads_(), head_dim),
-                      weights_.k_norm.as<float>(), matrix_view(k, n_kv_heads_(), head_dim),
-                      compute.kernels());
+      if (qk_norm_ != QkNorm::none) {  // one norm per head, or one over the whole projection
+        const std::size_t q_rows = qk_norm_ == QkNorm::whole ? 1 : n_heads_();
+        const std::size_t k_rows = qk_norm_ == QkNorm::whole ? 1 : n_kv_heads_();
+        normalize_in_place(compute, q, q_rows, q_width / q_rows, weights_.q_norm);
+        normalize_in_place(compute, k, k_rows, kv_width / k_rows, weights_.k_norm);
       }
       rope.apply(q, n_heads_(), cos + t * half_rot, sin + t * half_rot, compute.kernels());
       rope.apply(k, n_kv_heads_(), cos + t * half_rot, sin + t * half_rot, compute.kernels());
@@ -175,7 +168,7 @@ class LlamaBlock {
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
     const bool output_norms = layout_ != BlockLayout::pre_norm;
     if (output_norms)
-      normalize_in_place(compute, s.projected.data(), n_tokens, weights_.post_attn_norm);
+      normalize_in_place(compute, s.projected.data(), n_tokens, dim, weights_.post_attn_norm);
     add_into(x, s.projected.data(), n_tokens * dim);
 
     if (!post_norm)
@@ -193,7 +186,7 @@ class LlamaBlock {
                                 s.projected.data(), s.gate.data(), s.up.data());
     }
     if (output_norms)
-      normalize_in_place(compute, s.projected.data(), n_tokens, weights_.post_ffn_norm);
+      normalize_in_place(compute, s.projected.data(), n_tokens, dim, weights_.post_ffn_norm);
     add_into(x, s.projected.data(), n_tokens * dim);
   }
 
@@ -201,11 +194,11 @@ class LlamaBlock {
   static void add_into(float* x, const float* y, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
   }
-  // y: [n_tokens][dim], RMS-normed with `weight` in place.
-  void normalize_in_place(const Compute& compute, float* y, std::size_t n_tokens,
+  // y: [rows][cols], each row RMS-normed with `weight` ([cols]) in place.
+  void normalize_in_place(const Compute& compute, float* y, std::size_t rows, std::size_t cols,
                           const WeightTensor& weight) const {
-    norm_.forward(matrix_view<const float>(y, n_tokens, dim_()), weight.as<float>(),
-                  matrix_view(y, n_tokens, dim_()), compute.kernels());
+    norm_.forward(matrix_view<const float>(y, rows, cols), weight.as<float>(),
+                  matrix_view(y, rows, cols), compute.kernels());
   }
 
   LayerWeights weights_;
