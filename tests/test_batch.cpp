@@ -119,7 +119,10 @@ TEST(BatchedForward, EachSequenceGetsItsSessionLogitsInAnyBatch) {
       std::vector<std::vector<std::byte>> bytes;
       hllm::ModelWeights weights = hllm::test::typed_weights(c, type, 31, bytes);
       if (repacked)
-        hllm::repack_weights(weights, {.interleave = true, .move_all = false, .bf16_panels = true},
+        hllm::repack_weights(weights,
+                             hllm::RepackPlan::of_kinds({hllm::LayoutKind::quant_panels16,
+                                                         hllm::LayoutKind::quant_groups8,
+                                                         hllm::LayoutKind::bf16_pairs16}),
                              false);
       const hllm::Llama<> model(c, std::move(weights));
       for (hllm::Isa isa : hllm::test::supported_isas())

@@ -227,14 +227,13 @@ TEST_P(FixtureLogits, FastPathIsAsCloseAsLlamaCpp) {
   const hllm::WeightTensor& output = m.weights.output;
   const hllm::DType output_file_type = hllm::file_type_of(output.type);
   const hllm::RepackPlan plan = hllm::repack_plan(hllm::Repack::automatic, hllm::kernels::active());
-  EXPECT_EQ(output.type != output_file_type,
-            (output_file_type == DType::bf16 ? plan.bf16_panels
-             : output_file_type == DType::f32 || output_file_type == DType::f16
-                 ? plan.float_panels
-                 : plan.interleave && hllm::is_at_most_6_bit(output.type)) &&
-                hllm::interleaved_type(
-                    {hllm::file_type_of(output.type), nullptr, output.rows, output.cols, {}}) !=
-                    hllm::file_type_of(output.type));
+  const bool output_may_repack = hllm::is_at_most_6_bit(output_file_type) ||
+                                 output_file_type == DType::bf16 ||
+                                 output_file_type == DType::f32 || output_file_type == DType::f16;
+  EXPECT_EQ(output.type, output_may_repack
+                             ? hllm::repack_target(
+                                   {output_file_type, nullptr, output.rows, output.cols, {}}, plan)
+                             : output_file_type);
   const hllm::Llama<> model(m.config, m.weights);
   const auto tokens = fixture_tokens();
   const auto exact = read_f32_file(kFixtures + "/fx-gqa-" + type + ".exact-logits.f32");
@@ -328,7 +327,10 @@ TEST(FixtureLogitsQ4_1, FastPathIsAsCloseAsLlamaCppIsOnQ4_0) {
   ASSERT_EQ(exact.size(), 64u * 512u);
 
   hllm::ModelWeights repacked = weights;
-  hllm::repack_weights(repacked, hllm::RepackPlan{.interleave = true}, false);
+  hllm::repack_weights(repacked,
+                       hllm::RepackPlan::of_kinds(
+                           {hllm::LayoutKind::quant_panels16, hllm::LayoutKind::quant_groups8}),
+                       false);
   EXPECT_EQ(repacked.layers[0].wq.type, DType::q4_1_x16);
   EXPECT_EQ(repacked.layers[0].ffn.down.type, DType::q4_1_x16);
   const hllm::Llama<> panels(q4_0.config, repacked);

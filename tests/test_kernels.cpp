@@ -784,20 +784,30 @@ TEST_P(KernelIsa, InterleavedLayoutReadsBackAndDequantizesLikeTheFileLayout) {
 // number of blocks), else the 8-row groups, else none; and repack_tensor refuses a layout the
 // shape does not allow.
 // What a load repacks for each ISA's table (Repack::automatic): the quantized 16-row panels and
-// the F32/F16 panels on every vector ISA, the 8-row groups only with AVX-512 VNNI (elsewhere they
-// would copy rows out); and a plan without groups8 keeps a shape only they fit in the file's
-// layout while its neighbour takes the panels.
+// the F32/F16 panels on every vector ISA, the BF16 pair panels with AVX512-BF16, the 8-row groups
+// only with AVX-512 VNNI (elsewhere they would copy rows out); and a plan without groups8 keeps a
+// shape only they fit in the file's layout while its neighbour takes the panels.
 TEST(Repack, EachIsaRepacksTheLayoutsItsKernelsRun) {
   using hllm::DType;
   for (const Isa isa : hllm::test::supported_isas()) {
     SCOPED_TRACE(hllm::to_string(isa));
     const auto& table = hllm::kernels::table_for(isa);
     const hllm::RepackPlan plan = hllm::repack_plan(hllm::Repack::automatic, table);
+    // Whether the plan takes the layouts of `kind`: all of them or none.
+    const auto takes = [&](hllm::LayoutKind kind) {
+      std::size_t taken = 0, of_kind = 0;
+      for (std::size_t i = 0; i < hllm::kRepackedLayouts.size(); ++i)
+        if (hllm::kRepackedLayouts[i].kind == kind) ++of_kind, taken += plan.layouts[i];
+      EXPECT_TRUE(taken == 0 || taken == of_kind) << static_cast<int>(kind);
+      return taken == of_kind;
+    };
     const bool vector = isa != Isa::scalar;
     const bool vnni512 = isa == Isa::avx512 && hllm::cpu_features().avx512_vnni;
-    EXPECT_EQ(plan.interleave, vector && (isa != Isa::avx512 || vnni512));
-    EXPECT_EQ(plan.groups8, vnni512);
-    EXPECT_EQ(plan.float_panels, vector);
+    EXPECT_EQ(takes(hllm::LayoutKind::quant_panels16), vector && (isa != Isa::avx512 || vnni512));
+    EXPECT_EQ(takes(hllm::LayoutKind::quant_groups8), vnni512);
+    EXPECT_EQ(takes(hllm::LayoutKind::float_panels16), vector);
+    EXPECT_EQ(takes(hllm::LayoutKind::bf16_pairs16),
+              isa == Isa::avx512 && hllm::cpu_features().avx512_bf16);
   }
   const auto panels = random_weight_bytes(DType::q4_0, 32, 128, 1);
   const auto groups = random_weight_bytes(DType::q4_0, 24, 128, 2);
@@ -806,9 +816,59 @@ TEST(Repack, EachIsaRepacksTheLayoutsItsKernelsRun) {
     weights.layers.resize(1);
     weights.layers[0].wq = {DType::q4_0, panels.data(), 32, 128, "wq"};
     weights.layers[0].wk = {DType::q4_0, groups.data(), 24, 128, "wk"};
-    hllm::repack_weights(weights, hllm::RepackPlan{.interleave = true, .groups8 = groups8}, false);
+    hllm::repack_weights(weights,
+                         groups8 ? hllm::RepackPlan::of_kinds({hllm::LayoutKind::quant_panels16,
+                                                               hllm::LayoutKind::quant_groups8})
+                                 : hllm::RepackPlan::of_kinds({hllm::LayoutKind::quant_panels16}),
+                         false);
     EXPECT_EQ(weights.layers[0].wq.type, DType::q4_0_x16);
     EXPECT_EQ(weights.layers[0].wk.type, groups8 ? DType::q4_0_x8 : DType::q4_0);
+  }
+}
+
+// The layout registry (core/layouts.hpp): every layout packs a matrix of its file type into
+// exactly the bytes its DTypeInfo gives (the buffer is that size, so ASan sees an overrun) and
+// reads every row back to the file's very bytes; a shape it does not fit is refused; its sizes
+// agree with dtype_info. Random bytes: every bit pattern is a block of these formats.
+TEST(Layouts, EveryLayoutPacksAndReadsBackEveryRowExactly) {
+  std::mt19937 rng(17);
+  for (const hllm::LayoutSpec& spec : hllm::kRepackedLayouts) {
+    SCOPED_TRACE(spec.name);
+    EXPECT_EQ(hllm::repacked_layout(spec.type), &spec);
+    EXPECT_EQ(hllm::file_type_of(spec.type), spec.source);
+    hllm::DTypeInfo info{};
+    ASSERT_TRUE(hllm::dtype_info(spec.type, info));
+    EXPECT_EQ(std::string(info.name), spec.name);
+    EXPECT_FALSE(info.in_files);
+    const hllm::DTypeInfo file = hllm::file_dtype_info(spec.source);
+    const std::size_t rows = 3 * spec.group_rows, cols = 3 * spec.unit_columns;
+    std::vector<std::byte> bytes(rows * cols / file.block_elements * file.block_bytes);
+    for (auto& b : bytes) b = static_cast<std::byte>(rng());
+    const hllm::WeightTensor w{spec.source, bytes.data(), rows, cols, "w"};
+    std::vector<std::byte> packed(hllm::WeightTensor{spec.type, nullptr, rows, cols, "w"}.bytes());
+    ASSERT_EQ(hllm::repack_tensor(w, spec.type, packed.data()), spec.type);
+    const std::size_t row_bytes = bytes.size() / rows;
+    std::vector<std::byte> row(row_bytes);
+    for (std::size_t r = 0; r < rows; ++r) {
+      spec.read_row(packed.data(), rows, cols, r, row.data());
+      ASSERT_EQ(0, std::memcmp(row.data(), bytes.data() + r * row_bytes, row_bytes)) << "row " << r;
+    }
+    // Rows outside whole groups, and columns outside whole units, do not fit.
+    const hllm::WeightTensor ragged_rows{spec.source, nullptr, rows + spec.group_rows / 2, cols,
+                                         "w"};
+    EXPECT_FALSE(spec.fits(ragged_rows.rows, cols));
+    EXPECT_THROW(hllm::repack_tensor(ragged_rows, spec.type, packed.data()), hllm::Error);
+    if (spec.unit_columns > file.block_elements) {
+      EXPECT_FALSE(spec.fits(rows, cols + file.block_elements));
+      EXPECT_THROW(
+          hllm::repack_tensor({spec.source, nullptr, rows, cols + file.block_elements, "w"},
+                              spec.type, packed.data()),
+          hllm::Error);
+    }
+    // Another type's matrix is refused.
+    const hllm::DType other = spec.source == hllm::DType::f32 ? hllm::DType::f16 : hllm::DType::f32;
+    EXPECT_THROW(hllm::repack_tensor({other, nullptr, rows, cols, "w"}, spec.type, packed.data()),
+                 hllm::Error);
   }
 }
 

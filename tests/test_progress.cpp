@@ -169,9 +169,9 @@ TEST(Progress, ThrowingCallbackCancelsRepackAndKeepsTheWeights) {
   const auto cancel = [&](const hllm::Progress&) {
     if (++calls == 3) throw std::runtime_error("cancelled");
   };
-  EXPECT_THROW(hllm::repack_weights(m.weights, hllm::RepackPlan{true, true, true},
-                                    m.file->is_mapped(), cancel),
-               std::runtime_error);
+  EXPECT_THROW(
+      hllm::repack_weights(m.weights, hllm::RepackPlan::all(true), m.file->is_mapped(), cancel),
+      std::runtime_error);
   EXPECT_EQ(calls, 3u);
   EXPECT_EQ(m.weights.layers[0].wq.type, before.type);
   EXPECT_EQ(m.weights.layers[0].wq.data, before.data);

@@ -63,11 +63,9 @@ inline BenchModel load_bench_model(const std::string& path, const std::string& p
     m.weights = synthetic_weights(m.config, type, 1);
     // In memory, not a file mapping: the source stays (and so does its memory), so nothing is
     // moved just for huge pages.
-    repack_weights(m.weights,
-                   {.interleave = plan.interleave,
-                    .bf16_panels = plan.bf16_panels,
-                    .float_panels = plan.float_panels},
-                   false, load_progress(log));
+    RepackPlan in_memory = plan;
+    in_memory.move_all = false;
+    repack_weights(m.weights, in_memory, false, load_progress(log));
     m.name = preset + (plain ? " (synthetic, plain Llama twin)" : " (synthetic)");
   }
   m.type_name = dtype_name(file_type_of(m.weights.layers.at(0).wq.type));

@@ -29,7 +29,8 @@
 #include "hllm/simd/isa.hpp"
 
 // The table of namespace ns, its integer-dot kernels from quant_ns (AVX-512 and AVX2 have VNNI
-// builds beside them): the common kernels, then one line per weight layout (kKernelLayouts).
+// builds beside them): the common kernels, one line per file type, then every layout of the
+// registry (core/layouts.hpp) with the kernels of its kind.
 #define HLLM_KERNEL_TABLE(ns, quant_ns)                                                        \
   [] {                                                                                         \
     KernelTable t{.isa = Isa::ns,                                                              \
@@ -43,9 +44,6 @@
     set(DType::f32, {.matmul = &ns::matmul_f32});                                              \
     set(DType::f16, {.matmul = &ns::matmul_f16});                                              \
     set(DType::bf16, {.matmul = &ns::matmul_bf16});                                            \
-    set(DType::f32_x16, {.matmul = &ns::matmul_float_x16<float>});                             \
-    set(DType::f16_x16, {.matmul = &ns::matmul_float_x16<f16>});                               \
-    set(DType::bf16_x16, {.matmul = &ns::matmul_bf16_x16});                                    \
     set(DType::q8_0,                                                                           \
         {.quant = &quant_ns::matmul_q8_0, .exact = &ns::matmul_dequant<BlockQ8_0, kQK8_0>});   \
     set(DType::q4_0,                                                                           \
@@ -58,26 +56,20 @@
         {.quant = &quant_ns::matmul_q5_k, .exact = &ns::matmul_dequant<BlockQ5_K, kQK_K>});    \
     set(DType::q6_k,                                                                           \
         {.quant = &quant_ns::matmul_q6_k, .exact = &ns::matmul_dequant<BlockQ6_K, kQK_K>});    \
-    set(DType::q8_0_x8, {.quant = &quant_ns::matmul_x8<BlockQ8_0>,                             \
-                         .exact = &ns::matmul_dequant<BlockQ8_0x8, kQK8_0>});                  \
-    set(DType::q4_0_x8, {.quant = &quant_ns::matmul_x8<BlockQ4_0>,                             \
-                         .exact = &ns::matmul_dequant<BlockQ4_0x8, kQK4_0>});                  \
-    set(DType::q4_k_x8, {.quant = &quant_ns::matmul_x8<BlockQ4_K>,                             \
-                         .exact = &ns::matmul_dequant<BlockQ4_Kx8, kQK_K>});                   \
-    set(DType::q6_k_x8, {.quant = &quant_ns::matmul_x8<BlockQ6_K>,                             \
-                         .exact = &ns::matmul_dequant<BlockQ6_Kx8, kQK_K>});                   \
-    set(DType::q8_0_x16, {.quant = &quant_ns::matmul_x16<BlockQ8_0>,                           \
-                          .exact = &ns::matmul_dequant<BlockQ8_0x16, kQK8_0>});                \
-    set(DType::q4_0_x16, {.quant = &quant_ns::matmul_x16<BlockQ4_0>,                           \
-                          .exact = &ns::matmul_dequant<BlockQ4_0x16, kQK4_0>});                \
-    set(DType::q4_1_x16, {.quant = &quant_ns::matmul_x16<BlockQ4_1>,                           \
-                          .exact = &ns::matmul_dequant<BlockQ4_1x16, kQK4_1>});                \
-    set(DType::q4_k_x16, {.quant = &quant_ns::matmul_x16<BlockQ4_K>,                           \
-                          .exact = &ns::matmul_dequant<BlockQ4_Kx16, kQK_K>});                 \
-    set(DType::q5_k_x16, {.quant = &quant_ns::matmul_x16<BlockQ5_K>,                           \
-                          .exact = &ns::matmul_dequant<BlockQ5_Kx16, kQK_K>});                 \
-    set(DType::q6_k_x16, {.quant = &quant_ns::matmul_x16<BlockQ6_K>,                           \
-                          .exact = &ns::matmul_dequant<BlockQ6_Kx16, kQK_K>});                 \
+    for_each_repacked_layout([&]<class L>() {                                                  \
+      using Unit = typename L::Unit;                                                           \
+      using Block = typename L::Block;                                                         \
+      if constexpr (L::kind == LayoutKind::quant_groups8)                                      \
+        set(L::type, {.quant = &quant_ns::matmul_x8<Block>,                                    \
+                      .exact = &ns::matmul_dequant<Unit, L::block_elements>});                 \
+      else if constexpr (L::kind == LayoutKind::quant_panels16)                                \
+        set(L::type, {.quant = &quant_ns::matmul_x16<Block>,                                   \
+                      .exact = &ns::matmul_dequant<Unit, L::block_elements>});                 \
+      else if constexpr (L::kind == LayoutKind::float_panels16)                                \
+        set(L::type, {.matmul = &ns::matmul_float_x16<Block>});                                \
+      else                                                                                     \
+        set(L::type, {.matmul = &ns::matmul_bf16_x16});                                        \
+    });                                                                                        \
     return t;                                                                                  \
   }()
 
@@ -105,16 +97,19 @@ const KernelTable& table_for(Isa isa) {
                 std::string("this CPU cannot run the ") + to_string(isa) + " kernels");
   static const KernelTable scalar_table = HLLM_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar));
 #if HLLM_X86
-  // AVX2, and AVX2 with AVX-VNNI's integer dots; both run the 16-row panels.
+  // AVX2, and AVX2 with AVX-VNNI's integer dots; both run the 16-row panels (the 8-row groups
+  // only by copying rows out).
   static const KernelTable avx2_table = [] {
     KernelTable table = HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2));
-    table.prefers_panels = true;
+    table.prefer(LayoutKind::quant_panels16);
+    table.prefer(LayoutKind::float_panels16);
     return table;
   }();
   static const KernelTable avx_vnni_table = [] {
     KernelTable table = HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx_vnni));
     table.isa = Isa::avx_vnni;
-    table.prefers_panels = true;
+    table.prefer(LayoutKind::quant_panels16);
+    table.prefer(LayoutKind::float_panels16);
     return table;
   }();
   // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.
@@ -122,12 +117,17 @@ const KernelTable& table_for(Isa isa) {
     KernelTable table = cpu_features().avx512_vnni
                             ? HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512_vnni))
                             : HLLM_ATTENTION(avx512, HLLM_KERNEL_TABLE(avx512, avx512));
-    if (cpu_features().avx512_bf16) {
-      table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
+    table.prefer(LayoutKind::float_panels16);
+    table.prefer(LayoutKind::bf16_pairs16);
+    // With AVX512-BF16 the pair panels are also the vdpbf16ps GEMM's own.
+    if (cpu_features().avx512_bf16) table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
+    // Without VNNI the AVX-512 integer panels are compiled and tested but not measured (no such
+    // CPU here), so a load keeps the file's layout there. The 8-row groups run directly with
+    // AVX-512 VNNI only.
+    if (cpu_features().avx512_vnni) {
+      table.prefer(LayoutKind::quant_panels16);
+      table.prefer(LayoutKind::quant_groups8);
     }
-    // Without VNNI the AVX-512 panels are compiled and tested but not measured (no such CPU
-    // here), so a load keeps the file's layout there.
-    table.prefers_panels = table.prefers_groups8 = cpu_features().avx512_vnni;
     return table;
   }();
   switch (isa) {

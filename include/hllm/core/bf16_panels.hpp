@@ -20,6 +20,11 @@ namespace hllm {
 
 inline constexpr std::size_t kBf16PanelRows = 16;
 
+// One column pair of a group: the unit of the layout registry (core/layouts.hpp).
+struct Bf16PanelPair {
+  std::uint32_t rows[kBf16PanelRows];
+};
+
 // Dwords of one 16-row group: cols/2 pairs × 16 rows.
 constexpr std::size_t bf16_x16_group_dwords(std::size_t cols) noexcept {
   return cols / 2 * kBf16PanelRows;

@@ -16,6 +16,12 @@ namespace hllm {
 
 inline constexpr std::size_t kFloatPanelRows = 16;
 
+// One column of a group: the unit of the layout registry (core/layouts.hpp).   T: float or f16
+template <class T>
+struct FloatPanelColumn {
+  T rows[kFloatPanelRows];
+};
+
 // Elements of one 16-row group.
 constexpr std::size_t float_x16_group_elements(std::size_t cols) noexcept {
   return cols * kFloatPanelRows;

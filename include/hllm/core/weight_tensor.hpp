@@ -11,9 +11,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
+#include "hllm/core/layouts.hpp"
 
 namespace hllm {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/io/progress.hpp"
 #include "hllm/io/quantize.hpp"
 #include "hllm/kernels/reference.hpp"

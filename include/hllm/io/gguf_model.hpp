@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/io/gguf_reader.hpp"
 #include "hllm/io/gguf_writer.hpp"

@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/io/gguf_types.hpp"
 #include "hllm/io/mapped_file.hpp"
 

@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/io/gguf_types.hpp"
 
 namespace hllm::gguf {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/core/quant_blocks.hpp"
 
 namespace hllm::quant {

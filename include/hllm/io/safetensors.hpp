@@ -28,8 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/io/input_file.hpp"
 #include "hllm/io/mapped_file.hpp"
 

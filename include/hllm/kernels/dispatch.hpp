@@ -9,6 +9,7 @@
 // a Session compiles no kernel, and the kernels are optimised even in a Debug build.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -20,10 +21,10 @@
 
 #include "hllm/core/aligned_buffer.hpp"
 #include "hllm/core/bf16_panels.hpp"
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/kv_element.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/core/quant_blocks.hpp"
 #include "hllm/kernels/attention_scoring.hpp"
 #include "hllm/kernels/reference.hpp"
@@ -100,20 +101,22 @@ struct LayoutKernels {
   MatmulFn matmul = nullptr;
   QuantMatmulFn quant = nullptr;
   MatmulFn exact = nullptr;
+  // A repacked layout only: whether a load puts weights into it for this table (repack_plan in
+  // model/repack.hpp), because these kernels run it faster than the file's layout.
+  bool preferred = false;
 };
 
-// Every weight layout a kernel reads: the file types, then the layouts a load repacks them into
-// (model/repack.hpp; their structs in core/quant_blocks.hpp, core/bf16_panels.hpp and
-// core/float_panels.hpp). A table holds one LayoutKernels per entry, in this order; a new
-// layout adds an entry here and one line per ISA where the tables are filled
-// (hllm/implementation.hpp), not a field and a case in each getter.
-inline constexpr DType kKernelLayouts[] = {
-    DType::f32,      DType::f16,      DType::bf16,     DType::q8_0,     DType::q4_0,
-    DType::q4_1,     DType::q4_k,     DType::q5_k,     DType::q6_k,     DType::f32_x16,
-    DType::f16_x16,  DType::bf16_x16, DType::q8_0_x8,  DType::q4_0_x8,  DType::q4_k_x8,
-    DType::q6_k_x8,  DType::q8_0_x16, DType::q4_0_x16, DType::q4_1_x16, DType::q4_k_x16,
-    DType::q5_k_x16, DType::q6_k_x16};
-inline constexpr std::size_t kLayoutCount = std::size(kKernelLayouts);
+// Every weight layout a kernel reads: the file types, then the layouts of the registry
+// (core/layouts.hpp). A table holds one LayoutKernels per entry, in this order; the repacked
+// layouts' entries are filled from the registry by kind (hllm/implementation.hpp).
+inline constexpr auto kKernelLayouts = [] {
+  std::array<DType, std::size(kFileTypes) + kRepackedLayouts.size()> all{};
+  std::size_t i = 0;
+  for (const DType type : kFileTypes) all[i++] = type;
+  for (const LayoutSpec& spec : kRepackedLayouts) all[i++] = spec.type;
+  return all;
+}();
+inline constexpr std::size_t kLayoutCount = kKernelLayouts.size();
 
 // type's index in kKernelLayouts, or kLayoutCount for a type no kernel reads.
 constexpr std::size_t layout_index(DType type) noexcept {
@@ -138,11 +141,11 @@ struct KernelTable {
   // Attention over consecutive rows and through a paged cache's block table, per cache element
   // type, indexed by KVType (a new type adds an entry, not a field per kernel; see the getters).
   AttentionKernels attention[std::size(kKVTypes)] = {};
-  // Which repacked quantized layouts this table's kernels run faster than the file's; loaders
-  // repack for them (LoadOptions::repack). The 16-row panels: every vector ISA (their decode
-  // kernel and GEMM); the 8-row groups: AVX-512 VNNI only (elsewhere they copy rows out).
-  bool prefers_panels = false;
-  bool prefers_groups8 = false;
+  // Marks every layout of `kind` as preferred (LayoutKernels::preferred).
+  void prefer(LayoutKind kind) noexcept {
+    for (const LayoutSpec& spec : kRepackedLayouts)
+      if (spec.kind == kind) layouts[layout_index(spec.type)].preferred = true;
+  }
 
   // The kernels of a weight layout; all nullptr for a type no kernel reads.
   const LayoutKernels& kernels_for(DType type) const noexcept {

@@ -17,6 +17,7 @@
 #include "hllm/core/float_panels.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/kv_element.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/core/quant_blocks.hpp"
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/kernels/attention_scoring.hpp"
@@ -155,58 +156,27 @@ void dequantize_blocks(const WeightTensor& w, std::size_t row, float* out) {
   }
 }
 
-// Row `row` of a load-time repacked weight (Group: Interleaved8 or Interleaved16 of Block).
-// out: [w.cols]
-template <class Block, std::size_t BlockElements, template <class> class Group = Interleaved8>
-void dequantize_interleaved_row(const WeightTensor& w, std::size_t row, float* out) {
-  const std::size_t blocks = w.cols / BlockElements;
-  const auto* groups = static_cast<const Group<Block>*>(w.data);
-  for (std::size_t b = 0; b < blocks; ++b)
-    dequantize_block(block_at(groups, blocks, row, b), out + b * BlockElements);
-}
-
-// Row `row` of a quantized or load-time repacked weight as float32; false for any other type.
+// Row `row` of a quantized file type, or of any repacked layout (read back to its file type's
+// layout through the registry, core/layouts.hpp), as float32; false for any other type.
+//   out: [w.cols]
 inline bool dequantize_quantized_row(const WeightTensor& w, std::size_t row, float* out) {
+  if (const LayoutSpec* spec = repacked_layout(w.type)) {
+    const DTypeInfo file = file_dtype_info(spec->source);
+    std::vector<std::byte> bytes(w.cols / file.block_elements * file.block_bytes);  // one row
+    spec->read_row(w.data, w.rows, w.cols, row, bytes.data());
+    const WeightTensor file_row{spec->source, bytes.data(), 1, w.cols, w.name};
+    switch (spec->source) {
+      case DType::f32: std::memcpy(out, bytes.data(), w.cols * sizeof(float)); return true;
+      case DType::f16:
+        for (std::size_t c = 0; c < w.cols; ++c) out[c] = to_float(file_row.as<f16>()[c]);
+        return true;
+      case DType::bf16:
+        for (std::size_t c = 0; c < w.cols; ++c) out[c] = to_float(file_row.as<bf16>()[c]);
+        return true;
+      default: return dequantize_quantized_row(file_row, 0, out);
+    }
+  }
   switch (w.type) {
-    case DType::bf16_x16: {
-      const auto* panels = static_cast<const bf16*>(w.data);
-      for (std::size_t c = 0; c < w.cols; ++c)
-        out[c] = to_float(panels[bf16_x16_index(w.cols, row, c)]);
-      return true;
-    }
-    case DType::f32_x16: {
-      const auto* panels = static_cast<const float*>(w.data);
-      for (std::size_t c = 0; c < w.cols; ++c) out[c] = panels[float_x16_index(w.cols, row, c)];
-      return true;
-    }
-    case DType::f16_x16: {
-      const auto* panels = static_cast<const f16*>(w.data);
-      for (std::size_t c = 0; c < w.cols; ++c)
-        out[c] = to_float(panels[float_x16_index(w.cols, row, c)]);
-      return true;
-    }
-    case DType::q8_0_x8: dequantize_interleaved_row<BlockQ8_0, kQK8_0>(w, row, out); return true;
-    case DType::q4_0_x8: dequantize_interleaved_row<BlockQ4_0, kQK4_0>(w, row, out); return true;
-    case DType::q4_k_x8: dequantize_interleaved_row<BlockQ4_K, kQK_K>(w, row, out); return true;
-    case DType::q6_k_x8: dequantize_interleaved_row<BlockQ6_K, kQK_K>(w, row, out); return true;
-    case DType::q8_0_x16:
-      dequantize_interleaved_row<BlockQ8_0, kQK8_0, Interleaved16>(w, row, out);
-      return true;
-    case DType::q4_0_x16:
-      dequantize_interleaved_row<BlockQ4_0, kQK4_0, Interleaved16>(w, row, out);
-      return true;
-    case DType::q4_1_x16:
-      dequantize_interleaved_row<BlockQ4_1, kQK4_1, Interleaved16>(w, row, out);
-      return true;
-    case DType::q4_k_x16:
-      dequantize_interleaved_row<BlockQ4_K, kQK_K, Interleaved16>(w, row, out);
-      return true;
-    case DType::q5_k_x16:
-      dequantize_interleaved_row<BlockQ5_K, kQK_K, Interleaved16>(w, row, out);
-      return true;
-    case DType::q6_k_x16:
-      dequantize_interleaved_row<BlockQ6_K, kQK_K, Interleaved16>(w, row, out);
-      return true;
     case DType::q8_0: dequantize_blocks<BlockQ8_0, kQK8_0>(w, row, out); return true;
     case DType::q4_0: dequantize_blocks<BlockQ4_0, kQK4_0>(w, row, out); return true;
     case DType::q4_1: dequantize_blocks<BlockQ4_1, kQK4_1>(w, row, out); return true;
@@ -225,28 +195,12 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
     case DType::f32: return matmul(w.as<float>(), w.rows, w.cols, x, n_tokens, y);
     case DType::f16: return matmul(w.as<f16>(), w.rows, w.cols, x, n_tokens, y);
     case DType::bf16: return matmul(w.as<bf16>(), w.rows, w.cols, x, n_tokens, y);
-    case DType::q8_0:
-    case DType::q4_0:
-    case DType::q8_0_x8:
-    case DType::q4_0_x8:
-    case DType::q4_k_x8:
-    case DType::q6_k_x8:
-    case DType::q8_0_x16:
-    case DType::q4_0_x16:
-    case DType::q4_1_x16:
-    case DType::q4_k_x16:
-    case DType::q5_k_x16:
-    case DType::q6_k_x16:
-    case DType::bf16_x16:
-    case DType::f32_x16:
-    case DType::f16_x16:
-    case DType::q4_1:
-    case DType::q4_k:
-    case DType::q5_k:
-    case DType::q6_k: {
+    default: {
       std::vector<float> row(w.cols);  // [cols]
       for (std::size_t r = 0; r < w.rows; ++r) {
-        dequantize_quantized_row(w, r, row.data());
+        if (!dequantize_quantized_row(w, r, row.data()))
+          throw Error(ErrorKind::unsupported,
+                      "no reference matmul for weight type " + dtype_name(w.type), {}, w.name);
         for (std::size_t t = 0; t < n_tokens; ++t) {
           const float* xt = x + t * w.cols;
           float sum = 0.0f;
@@ -256,9 +210,6 @@ inline void matmul(const WeightTensor& w, const float* x, std::size_t n_tokens, 
       }
       return;
     }
-    default:
-      throw Error(ErrorKind::unsupported,
-                  "no reference matmul for weight type " + dtype_name(w.type), {}, w.name);
   }
 }
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/kernels/reference.hpp"
 

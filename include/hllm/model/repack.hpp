@@ -1,34 +1,34 @@
 #pragma once
-// Load-time repacking of a model's Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K projection weights into
-// 16-row panels (Interleaved16, DType::*_x16), in shapes the panels do not fit into 8-row
-// interleaved groups (Interleaved8, DType::*_x8; Q4_0, Q8_0, Q4_K and Q6_K), and of BF16 ones into
-// 16-row column-pair panels (DType::bf16_x16, core/bf16_panels.hpp). Decode reads each weight once
-// per token, and with the file's layout a kernel either streams one row at a time (and redoes the
-// activation and scale work per row) or reads 8 rows' streams at once (which halves the read
-// bandwidth); the interleaved layout gives one sequential stream per 8 (16) rows. The BF16 panels
-// are also the prefill GEMM's own, which then packs no weights. The token embedding (read a row at
-// a time) is never interleaved, and the output projection only where it runs on the
-// 8-bit-activation kernels (at most 6-bit weights, e.g. the Q6_K output of Q4_0 and Q4_K_M files;
-// Llama::forward) or is BF16 (the panels' float-activation kernel is its exact path); an output on
-// the exact path and the projections of other types may be moved as they are into the same
-// huge-page buffer (RepackPlan::move_all).
+// Load-time repacking of a model's projection weights into the layouts of the registry
+// (core/layouts.hpp): the quantized types into 16-row panels, or in shapes the panels do not fit
+// into 8-row interleaved groups; F32 and F16 into 16-row panels; BF16 into 16-row column-pair
+// panels. Decode reads each weight once per token, and with the file's layout a kernel either
+// streams one row at a time (and redoes the activation and scale work per row) or reads 8 rows'
+// streams at once (which halves the read bandwidth); the repacked layouts give one sequential
+// stream per 8 (16) rows, and the panels are also the prefill GEMMs' own, which then pack no
+// weights. Which layouts a load uses is the kernel table's choice (LayoutKernels::preferred: the
+// layouts its kernels run faster than the file's), asked in one place, repack_plan. The token
+// embedding (read a row at a time) is never repacked, and the output projection only where it
+// runs on the 8-bit-activation kernels (at most 6-bit weights, e.g. the Q6_K output of Q4_0 and
+// Q4_K_M files; Llama::forward) or is a float type (the panels' float-activation kernels are its
+// exact path); an output on the exact path and the projections of other types may be moved as
+// they are into the same huge-page buffer (RepackPlan::move_all).
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "hllm/core/bf16_panels.hpp"
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
-#include "hllm/core/float_panels.hpp"
-#include "hllm/core/quant_blocks.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/io/load_options.hpp"
 #include "hllm/kernels/dispatch.hpp"
@@ -36,42 +36,7 @@
 
 namespace hllm {
 
-// The repacked type of a weight, or its own type when it has none: Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K
-// into 16-row panels where rows are a multiple of 16 (and Q4_0/Q4_1/Q8_0 blocks per row even),
-// else Q4_0/Q8_0/Q4_K/Q6_K into 8-row groups where rows are a multiple of 8 and the columns of
-// the block size; BF16 where rows are a multiple of 16 and the columns even.
-inline DType interleaved_type(const WeightTensor& w) noexcept {
-  if (w.type == DType::bf16)
-    return w.rows % kBf16PanelRows == 0 && w.cols % 2 == 0 ? DType::bf16_x16 : w.type;
-  if (w.type == DType::f32 || w.type == DType::f16)
-    return w.rows % kFloatPanelRows != 0 ? w.type
-           : w.type == DType::f32        ? DType::f32_x16
-                                         : DType::f16_x16;
-  if (w.rows % 8 != 0 || w.cols % 32 != 0) return w.type;
-  const bool panels = w.rows % 16 == 0 && w.cols % 64 == 0;
-  switch (w.type) {
-    case DType::q4_0: return panels ? DType::q4_0_x16 : DType::q4_0_x8;
-    case DType::q4_1: return panels ? DType::q4_1_x16 : w.type;
-    case DType::q8_0: return panels ? DType::q8_0_x16 : DType::q8_0_x8;
-    case DType::q4_k: return w.rows % 16 == 0 ? DType::q4_k_x16 : DType::q4_k_x8;
-    case DType::q5_k: return w.rows % 16 == 0 ? DType::q5_k_x16 : w.type;
-    case DType::q6_k: return w.rows % 16 == 0 ? DType::q6_k_x16 : DType::q6_k_x8;
-    default: return w.type;
-  }
-}
-
 namespace detail {
-
-// w's blocks of Block (`block_values` weights each) into out as Group<Block> units.
-template <template <class> class Group, class Block>
-inline void interleave_as(const WeightTensor& w, std::size_t block_values, void* out) {
-  const auto* blocks = static_cast<const Block*>(w.data);
-  auto* groups = static_cast<Group<Block>*>(out);
-  if constexpr (Group<Block>::kRows == 8)
-    interleave_rows8(blocks, w.rows, w.cols / block_values, groups);
-  else
-    interleave_rows16(blocks, w.rows, w.cols / block_values, groups);
-}
 
 // Hands the whole pages inside [data, data + bytes) back to the kernel. Only for a private
 // read-only file mapping: a page read again later faults back in from the file.
@@ -112,46 +77,58 @@ inline std::shared_ptr<std::byte> allocate_huge_pages(std::size_t bytes) {
 
 }  // namespace detail
 
-// Whether a type is one of the 8-row groups (Interleaved8).
-constexpr bool is_groups8(DType type) noexcept {
-  return type == DType::q4_0_x8 || type == DType::q8_0_x8 || type == DType::q4_k_x8 ||
-         type == DType::q6_k_x8;
+// Which layouts a load repacks weights into (repack_plan), and whether it moves the others.
+struct RepackPlan {
+  std::array<bool, kRepackedLayouts.size()> layouts{};  // layouts[i]: kRepackedLayouts[i]
+  bool move_all = false;  // every other projection is copied over as it is, for the huge pages
+
+  // Every layout of the given kinds.
+  static RepackPlan of_kinds(std::initializer_list<LayoutKind> kinds, bool move_all = false) {
+    RepackPlan plan;
+    plan.move_all = move_all;
+    for (std::size_t i = 0; i < kRepackedLayouts.size(); ++i)
+      for (LayoutKind kind : kinds)
+        plan.layouts[i] = plan.layouts[i] || kRepackedLayouts[i].kind == kind;
+    return plan;
+  }
+  static RepackPlan all(bool move_all = false) {
+    return of_kinds({LayoutKind::quant_panels16, LayoutKind::quant_groups8,
+                     LayoutKind::float_panels16, LayoutKind::bf16_pairs16},
+                    move_all);
+  }
+};
+
+// The layout w goes into under `plan`: the first of the registry's layouts made from w's type
+// that w's shape fits and the plan takes, else w's own type.
+inline DType repack_target(const WeightTensor& w, const RepackPlan& plan) noexcept {
+  for (std::size_t i = 0; i < kRepackedLayouts.size(); ++i) {
+    const LayoutSpec& spec = kRepackedLayouts[i];
+    if (plan.layouts[i] && spec.source == w.type && spec.fits(w.rows, w.cols)) return spec.type;
+  }
+  return w.type;
 }
 
-// Writes w repacked as `to` into out (that type's bytes(), any alignment) and returns `to`:
-// interleaved_type(w), or the 8-row groups where that is one of the 16-row panels (the shapes
-// allow both).
+// The layout w's shape allows that comes first in the registry, or w's own type if none does.
+inline DType interleaved_type(const WeightTensor& w) noexcept {
+  return repack_target(w, RepackPlan::all());
+}
+
+// Whether a type is one of the 8-row groups (Interleaved8).
+constexpr bool is_groups8(DType type) noexcept {
+  const LayoutSpec* spec = repacked_layout(type);
+  return spec != nullptr && spec->kind == LayoutKind::quant_groups8;
+}
+
+// Writes w repacked as `to`, a layout made from w's type that w's shape fits, into out (that
+// type's bytes(), any alignment) and returns `to`.
 inline DType repack_tensor(const WeightTensor& w, DType to, void* out) {
-  const DType best = interleaved_type(w);
-  // Or the 8-row groups of w's type where its panels fit too.
-  const bool allowed =
-      to == best || (is_groups8(to) && best != w.type && file_type_of(best) == file_type_of(to));
-  if (!allowed || to == w.type)
+  const LayoutSpec* spec = repacked_layout(to);
+  if (spec == nullptr || spec->source != w.type || !spec->fits(w.rows, w.cols))
     throw Error(ErrorKind::internal,
-                dtype_name(w.type) + " has no repacked layout " + dtype_name(to), {}, w.name);
-  switch (to) {
-    case DType::q4_0_x8: detail::interleave_as<Interleaved8, BlockQ4_0>(w, 32, out); break;
-    case DType::q8_0_x8: detail::interleave_as<Interleaved8, BlockQ8_0>(w, 32, out); break;
-    case DType::q4_k_x8: detail::interleave_as<Interleaved8, BlockQ4_K>(w, kQK_K, out); break;
-    case DType::q6_k_x8: detail::interleave_as<Interleaved8, BlockQ6_K>(w, kQK_K, out); break;
-    case DType::q4_0_x16: detail::interleave_as<Interleaved16, BlockQ4_0>(w, 32, out); break;
-    case DType::q4_1_x16: detail::interleave_as<Interleaved16, BlockQ4_1>(w, 32, out); break;
-    case DType::q8_0_x16: detail::interleave_as<Interleaved16, BlockQ8_0>(w, 32, out); break;
-    case DType::q4_k_x16: detail::interleave_as<Interleaved16, BlockQ4_K>(w, kQK_K, out); break;
-    case DType::q5_k_x16: detail::interleave_as<Interleaved16, BlockQ5_K>(w, kQK_K, out); break;
-    case DType::q6_k_x16: detail::interleave_as<Interleaved16, BlockQ6_K>(w, kQK_K, out); break;
-    case DType::f32_x16:
-      interleave_float_rows16(static_cast<const float*>(w.data), w.rows, w.cols,
-                              static_cast<float*>(out));
-      break;
-    case DType::f16_x16:
-      interleave_float_rows16(static_cast<const f16*>(w.data), w.rows, w.cols,
-                              static_cast<f16*>(out));
-      break;
-    default:  // bf16_x16
-      interleave_bf16_rows16(static_cast<const bf16*>(w.data), w.rows, w.cols,
-                             static_cast<std::uint32_t*>(out));
-  }
+                dtype_name(w.type) + " [" + std::to_string(w.rows) + ", " + std::to_string(w.cols) +
+                    "] has no repacked layout " + dtype_name(to),
+                {}, w.name);
+  spec->pack(w.data, w.rows, w.cols, out);
   return to;
 }
 // The same into interleaved_type(w); w's type must have one.
@@ -168,18 +145,6 @@ inline bool huge_pages_available() {
   return line.find("[always]") != std::string::npos || line.find("[madvise]") != std::string::npos;
 }
 
-// What repack_weights does to the projection weights (the blocks' attention and feed-forward
-// matrices and an untied output matrix; never the embedding).
-struct RepackPlan {
-  bool interleave = false;    // quantized matrices: interleaved_type (output: see above)
-  bool move_all = false;      // every other projection is copied over as it is, for the huge pages
-  bool bf16_panels = false;   // BF16 matrices become BF16_X16 (the output too)
-  bool float_panels = false;  // F32 and F16 matrices become F32_X16 and F16_X16 (the output too)
-  // With `interleave`: shapes the 16-row panels do not fit take the 8-row groups (where the
-  // kernels run them directly, AVX-512 VNNI), else keep the file's layout.
-  bool groups8 = true;
-};
-
 // Moves the projection weights that `plan` names into one new huge-page buffer (which
 // weights.repacked_storage then owns) and points the views at it. An output projection of Q8_0,
 // F32 or F16 keeps its layout: it runs on the exact, dequantizing path (Llama::forward), which
@@ -195,12 +160,8 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
     DType to;
   };
   std::vector<Target> targets;
-  const auto consider = [&](WeightTensor& w, bool may_interleave) {
-    const bool wanted = w.type == DType::bf16                          ? plan.bf16_panels
-                        : w.type == DType::f32 || w.type == DType::f16 ? plan.float_panels
-                                                                       : plan.interleave;
-    DType to = wanted && may_interleave ? interleaved_type(w) : w.type;
-    if (is_groups8(to) && !plan.groups8) to = w.type;
+  const auto consider = [&](WeightTensor& w, bool may_repack) {
+    const DType to = may_repack ? repack_target(w, plan) : w.type;
     if (!w.empty() && (to != w.type || plan.move_all)) targets.push_back({&w, to});
   };
   for (LayerWeights& layer : weights.layers)
@@ -240,18 +201,19 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
   weights.repacked_storage = std::move(storage);
 }
 
-// What a Repack mode does for a session running `table`. automatic: put the quantized types into
-// the 16-row panels where its kernels prefer them (every vector ISA) and into the 8-row groups
-// where they run those directly (AVX-512 VNNI), put BF16 into panels where its GEMM reads them in
-// place (AVX512-BF16; elsewhere the file layout's packed FP32 GEMM is faster for prefill), F32
-// and F16 into their panels on every vector ISA, and move the rest where the kernel grants huge
-// pages; always: all of it; never: nothing.
+// What a Repack mode does for a session running `table`. automatic: every layout the table's
+// kernels prefer (LayoutKernels::preferred), and the rest moved where the kernel grants huge
+// pages; always: every layout, everything moved; never: nothing.
 inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table) {
   switch (mode) {
-    case Repack::automatic:
-      return {table.prefers_panels, huge_pages_available(), table.matmul_bf16_x16_dot != nullptr,
-              table.isa != Isa::scalar, table.prefers_groups8};
-    case Repack::always: return {true, true, true, true};
+    case Repack::automatic: {
+      RepackPlan plan;
+      for (std::size_t i = 0; i < kRepackedLayouts.size(); ++i)
+        plan.layouts[i] = table.kernels_for(kRepackedLayouts[i].type).preferred;
+      plan.move_all = huge_pages_available();
+      return plan;
+    }
+    case Repack::always: return RepackPlan::all(true);
     case Repack::never: break;
   }
   return {};

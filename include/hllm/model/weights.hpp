@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "hllm/core/aligned_buffer.hpp"
-#include "hllm/core/dtype.hpp"
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
+#include "hllm/core/layouts.hpp"
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/model/architecture.hpp"
 #include "hllm/model/config.hpp"
