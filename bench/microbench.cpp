@@ -96,8 +96,9 @@ BENCHMARK(BM_Matmul<float>)->Apply(matmul_shapes);
 BENCHMARK(BM_Matmul<hllm::f16>)->Apply(matmul_shapes);
 BENCHMARK(BM_Matmul<hllm::bf16>)->Apply(matmul_shapes);
 
-// F32 and F16 weights in the 16-row panels a load repacks them into on AVX-512
-// (DType::f32_x16, f16_x16): decode, a small batch and prefill.
+// F32 and F16 weights in the 16-row panels a load repacks them into (DType::f32_x16, f16_x16),
+// and BF16 in its 16-row pair panels (bf16_x16) on their float-activation kernel: decode, a
+// small batch and prefill.
 template <class T>
 void BM_MatmulFloatPanels(benchmark::State& state) {
   MatmulShape shape;
@@ -126,6 +127,7 @@ void float_panel_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_MatmulFloatPanels<float>)->Apply(float_panel_shapes);
 BENCHMARK(BM_MatmulFloatPanels<hllm::f16>)->Apply(float_panel_shapes);
+BENCHMARK(BM_MatmulFloatPanels<hllm::bf16>)->Apply(float_panel_shapes);
 
 // BF16 weights repacked into 16-row pair panels (DType::bf16_x16, as a loaded model holds them
 // on AVX-512 CPUs) on the fast path: the GEMM above without its weight packing (n = 512) and

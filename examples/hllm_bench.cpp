@@ -608,8 +608,8 @@ int main(int argc, char** argv) {
   cli.isa(o.isa);
   cli.choice("--repack", o.repack, {"auto", "never", "always"},
              "Load-time repacking of the projections into 16-row panels (auto: the layouts the "
-             "kernels of the ISA that runs prefer: quantized and F32/F16 panels on every vector "
-             "ISA, BF16 with AVX512-BF16, 8-row groups with AVX-512 VNNI)");
+             "kernels of the ISA that runs prefer: the panels of every type on every vector ISA, "
+             "and 8-row groups where the panels do not fit with AVX-512 VNNI)");
   cli.kv_type(o.kv_type);
   cli.choice("-o,--output", o.output, {"md", "json"}, "Output format");
   cli.flag("--log-disable", o.log_disable,

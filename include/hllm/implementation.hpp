@@ -97,12 +97,13 @@ const KernelTable& table_for(Isa isa) {
                 std::string("this CPU cannot run the ") + to_string(isa) + " kernels");
   static const KernelTable scalar_table = HLLM_ATTENTION(scalar, HLLM_KERNEL_TABLE(scalar, scalar));
 #if HLLM_X86
-  // AVX2, and AVX2 with AVX-VNNI's integer dots; both run the 16-row panels (the 8-row groups
+  // AVX2, and AVX2 with AVX-VNNI's integer dots; both run every kind of panel (the 8-row groups
   // only by copying rows out).
   static const KernelTable avx2_table = [] {
     KernelTable table = HLLM_ATTENTION(avx2, HLLM_KERNEL_TABLE(avx2, avx2));
     table.prefer(LayoutKind::quant_panels16);
     table.prefer(LayoutKind::float_panels16);
+    table.prefer(LayoutKind::bf16_pairs16);
     return table;
   }();
   static const KernelTable avx_vnni_table = [] {
@@ -110,6 +111,7 @@ const KernelTable& table_for(Isa isa) {
     table.isa = Isa::avx_vnni;
     table.prefer(LayoutKind::quant_panels16);
     table.prefer(LayoutKind::float_panels16);
+    table.prefer(LayoutKind::bf16_pairs16);
     return table;
   }();
   // AVX-512 plus whichever of its optional extensions (VNNI, BF16) this CPU has.

@@ -6,11 +6,12 @@
 //
 // Interface: lanes; zero(); set1(v); load(p) / load(p, n) (first n < lanes elements, the rest 0)
 // from float, f16, bf16 or int8; load_nibbles(p, shift): lanes bytes' (p[i] >> shift) & 15 (shift
-// 0 or 4: a Q4_0 block's low or high nibbles); load_e4m3(p): lanes E4M3 bytes as their values
-// times 2^-8 (core/fp8.hpp's e4m3_to_f16_bits, then f16 to float); store(p, v) / store(p, v, n);
-// fma(a, b, c) = a*b + c; add; sub; mul; div; max; abs; select_less(a, b, x, y) = a < b ? x : y
-// lane by lane; exp and tanh (vector levels: ~2 ulp, Cephes' polynomials; scalar: std::exp,
-// std::tanh); sum(v).
+// 0 or 4: a Q4_0 block's low or high nibbles); load_bf16_pairs(p, even, odd) (vector levels:
+// lanes dwords of BF16 column pairs as their even and odd elements); load_e4m3(p): lanes E4M3 bytes
+// as their values times 2^-8 (core/fp8.hpp's e4m3_to_f16_bits, then f16 to float); store(p, v) /
+// store(p, v, n); fma(a, b, c) = a*b + c; add; sub; mul; div; max; abs; select_less(a, b, x, y) = a
+// < b ? x : y lane by lane; exp and tanh (vector levels: ~2 ulp, Cephes' polynomials; scalar:
+// std::exp, std::tanh); sum(v).
 
 #if HLLM_ISA_LEVEL >= 1
 // Shared by the vector exp()s below (Cephes' expf): x = n·ln2 + r with |r| <= ln2/2, ln2 split
@@ -75,6 +76,14 @@ struct VecF32 {
   }
   static Reg load(const bf16* p, std::size_t n) {
     return widen_bf16(_mm256_maskz_loadu_epi16(mask(n), p));
+  }
+  // 16 dwords of BF16 column pairs (core/bf16_panels.hpp) as floats: the low halves (even
+  // columns) shifted into place, the high halves (odd columns) masked.
+  static void load_bf16_pairs(const std::uint32_t* p, Reg& even, Reg& odd) {
+    const __m512i w = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    odd =
+        _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
   static Reg load(const std::int8_t* p) {
     return _mm512_cvtepi32_ps(
@@ -163,6 +172,12 @@ struct VecF32 {
     return widen_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static Reg load(const bf16* p, std::size_t n) { return widen_bf16(load_half_tail(p, n)); }
+  static void load_bf16_pairs(const std::uint32_t* p, Reg& even, Reg& odd) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    odd =
+        _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
   static Reg load(const std::int8_t* p) {
     return _mm256_cvtepi32_ps(
         _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
