@@ -120,24 +120,26 @@ inline void q4_panel_values(Lanes16::Int q, std::size_t k, PanelBlock<Block>& p)
   }
 }
 
-// Group k (values 4k..4k+3 of each of 16 rows) of a Q6_K panel half's four slices: q[0..2] the
+// Group k (values 4k..4k+3 of each of 16 rows) of a Q6_K panel half's slice i, or of all four
+// (q6_k_panel_quants): q[0..2] the
 // 6-bit values (one AND each: bits 0-5 of the three registers), q[3] slice 3's value times 4,
 // assembled in place from the registers' top bit pairs (bits 6-7 of register 0, 1, 2 become
 // bits 2-3, 4-5, 6-7; the 16-bit shifts' spill from the neighbouring byte is masked off).
 // Without VNNI, 4·q would saturate vpmaddubsw: q[3] is shifted down to q (its bits 0-1 are clear,
 // so the 16-bit shift's spill into bits 6-7 is zero). kSlice3Times4 says which.
 inline constexpr bool kSlice3Times4 = kWideUnsigned;
-inline void q6_k_panel_quants(const BlockQ6_Kx16::Half& half, std::size_t k, Lanes16::Int (&q)[4]) {
+inline Lanes16::Int q6_k_slice_quants(const BlockQ6_Kx16::Half& half, std::size_t k,
+                                      std::size_t i) {
   using L = Lanes16;
-  const L::Int low6 = L::splat8(0x3f);
+  if (i < 3) return L::bit_and(L::load_int(half.qs[k][i]), L::splat8(0x3f));
   const L::Int r0 = L::load_int(half.qs[k][0]), r1 = L::load_int(half.qs[k][1]),
                r2 = L::load_int(half.qs[k][2]);
-  q[0] = L::bit_and(r0, low6);
-  q[1] = L::bit_and(r1, low6);
-  q[2] = L::bit_and(r2, low6);
   const L::Int bits23_45 = L::select(L::shr16<4>(r0), L::shr16<2>(r1), L::splat8(0x30));
-  q[3] = L::bit_and(L::select(bits23_45, r2, L::splat8(0xc0)), L::splat8(0xfc));
-  if constexpr (!kSlice3Times4) q[3] = L::shr16<2>(q[3]);
+  const L::Int times4 = L::bit_and(L::select(bits23_45, r2, L::splat8(0xc0)), L::splat8(0xfc));
+  return kSlice3Times4 ? times4 : L::shr16<2>(times4);
+}
+inline void q6_k_panel_quants(const BlockQ6_Kx16::Half& half, std::size_t k, Lanes16::Int (&q)[4]) {
+  _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) q[i] = q6_k_slice_quants(half, k, i);
 }
 
 // y[j][0..16) (+)= panel · x[j] for kTokens tokens over the panel's n blocks. x: token j's

@@ -310,10 +310,17 @@ inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std
   const L::Int low4 = L::splat8(0x0f), one = L::splat8(1);
   for (std::size_t s = 0; s < supers; ++s) {
     const Unit& unit = w[s];
+    // Streams from DRAM stay fast only while the unit's lines are first touched in address
+    // order (the hardware prefetcher loses a stream that jumps back): the fifth bits, read again
+    // for every pair, are asked for before the first pair's quants, and each pair's scale line
+    // before its quants, which its dot reads first.
+    if constexpr (kFifthBit)
+      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) __builtin_prefetch(unit.qh[k]);
     const L::Float d = L::load(unit.d), dmin = L::load(unit.dmin);
     const BlockQ8Act* a = x + 8 * s;
     _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
       const auto& pair = unit.pairs[p];
+      __builtin_prefetch(pair.scales);
       L::Int dots[2] = {L::zero_int(), L::zero_int()};  // [sub-block 2p, 2p + 1]
       dot_runs<kPanelMax<Block>, 8>(
           dots, [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
@@ -353,7 +360,16 @@ inline void decode_group16(const BlockQ5_Kx16* w, const BlockQ8Act* x, std::size
 // started at their offset term −32·Σx (slice 3, whose values come as 4·q with VNNI: −128·Σx, the
 // activation block's bias_lo and bias − bias_lo, its dots divided by 4 at the end, exactly).
 // Then each sub-block's dot, weighed by d·scale·d_x, goes into one accumulator, slice after
-// slice and low half before high, in the packed GEMM's order (panel_tile).
+// slice and low half before high, in the packed GEMM's order (panel_tile). The integer dots are
+// exact, so they may run in any grouping: sub-block by sub-block, so the half's registers are
+// first touched in address order (the hardware prefetcher loses a DRAM stream that jumps back
+// and forth between the two sub-blocks' registers: 3-4x slower on the Zen 4 VM), in passes of
+// kQ6kPassSlices slices (kQ6kSliceOrder: slice 3, which reads all three registers of a group,
+// first, so a later pass finds its lines in L1).
+inline constexpr std::size_t kQ6kSliceOrder[4] = {3, 0, 1, 2};
+// All four slices' chains at once where 32 registers hold them (AVX-512); two on AVX2, whose 16
+// registers hold two chains and their run sums (eight spilled in every group).
+inline constexpr std::size_t kQ6kPassSlices = HLLM_ISA_LEVEL == 2 ? 4 : 2;
 inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size_t supers,
                            float* out) {
   using L = Lanes16;
@@ -363,23 +379,29 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
     const L::Float d = L::load(unit.d);
     _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
       const BlockQ6_Kx16::Half& half = unit.halves[h];
+      __builtin_prefetch(half.scales[0]);  // read after the quants: asked for first
+      __builtin_prefetch(half.scales[4]);
       const BlockQ8Act* a = x + 8 * s + 4 * h;
       const auto times4 = [](std::size_t i) { return i == 3 && kSlice3Times4; };
       L::Int dot[8];  // [slice i][16-value sub-block]: 2i + sub
-      _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
-        const int offset = times4(i) ? 128 : 32;
-        dot[2 * i] = L::splat32(offset_start(a[i].bias_lo, offset));
-        dot[2 * i + 1] = L::splat32(offset_start(a[i].bias - a[i].bias_lo, offset));
+      _Pragma("GCC unroll 2") for (std::size_t sub = 0; sub < 2; ++sub)
+          _Pragma("GCC unroll 2") for (std::size_t p = 0; p < 4; p += kQ6kPassSlices) {
+        L::Int chain[kQ6kPassSlices];
+        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kQ6kPassSlices; ++c) {
+          const std::size_t i = kQ6kSliceOrder[p + c];
+          const int offset = times4(i) ? 128 : 32;
+          chain[c] =
+              L::splat32(offset_start(sub == 0 ? a[i].bias_lo : a[i].bias - a[i].bias_lo, offset));
+        }
+        dot_runs<kPanelMax<BlockQ6_K>, 4>(
+            chain, [&](std::size_t kk, std::size_t c, L::Int& v, L::Int& x_group) {
+              const std::size_t i = kQ6kSliceOrder[p + c], k = 4 * sub + kk;
+              v = q6_k_slice_quants(half, k, i);
+              x_group = broadcast_group(a[i], k);
+            });
+        _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kQ6kPassSlices; ++c)
+            dot[2 * kQ6kSliceOrder[p + c] + sub] = chain[c];
       }
-      // Group kk of each sub-block: place k = 4·sub + kk of slice i.
-      dot_runs<kPanelMax<BlockQ6_K>, 4>(
-          dot, [&](std::size_t kk, std::size_t chain, L::Int& v, L::Int& x_group) {
-            const std::size_t i = chain / 2, k = 4 * (chain % 2) + kk;
-            L::Int q[4];
-            q6_k_panel_quants(half, k, q);
-            v = q[i];
-            x_group = broadcast_group(a[i], k);
-          });
       _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
         const L::Float d_x = L::splat(a[i].d);
         _Pragma("GCC unroll 2") for (std::size_t sub = 0; sub < 2; ++sub) {
