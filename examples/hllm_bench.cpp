@@ -56,6 +56,7 @@ struct Options {
   hllm::KVType kv_type = hllm::KVType::f32;
   bool log_disable = false;
   bool plain = false;
+  bool f16_as_bf16 = false;
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) {
@@ -610,6 +611,9 @@ int main(int argc, char** argv) {
              "Load-time repacking of the projections into 16-row panels (auto: the layouts the "
              "kernels of the ISA that runs prefer: the panels of every type on every vector ISA, "
              "and 8-row groups where the panels do not fit with AVX-512 VNNI)");
+  cli.flag("--f16-as-bf16", o.f16_as_bf16,
+           "Round F16 projections to BF16 while repacking, where the CPU has AVX512-BF16 "
+           "(LoadOptions::f16_as_bf16: lossy, as ik_llama.cpp's -rtr; prefill runs vdpbf16ps)");
   cli.kv_type(o.kv_type);
   cli.choice("-o,--output", o.output, {"md", "json"}, "Output format");
   cli.flag("--log-disable", o.log_disable,
@@ -648,7 +652,7 @@ int main(int argc, char** argv) {
                                                    : hllm::Repack::never;
     hllm::examples::BenchModel m = hllm::examples::load_bench_model(
         o.model_path, o.preset, type, o.isa.value_or(hllm::kernels::active().isa), mode,
-        !o.log_disable, o.plain);
+        !o.log_disable, o.plain, o.f16_as_bf16);
     run_benchmark(o, m.config, std::move(m.weights), m.name, m.type_name);
     return 0;
   } catch (const std::exception& e) {

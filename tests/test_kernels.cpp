@@ -871,6 +871,39 @@ TEST(Layouts, EveryLayoutPacksAndReadsBackEveryRowExactly) {
   }
 }
 
+// LoadOptions::f16_as_bf16: a plan with it puts F16 projections into the BF16 pair panels,
+// their values rounded to nearest even: the very bytes a BF16 matrix of the rounded values
+// packs into. A shape the pair panels do not fit keeps to F16's own layouts. repack_plan sets
+// it only where the table has the BF16 dot (AVX512-BF16), and only when asked.
+TEST(Repack, F16AsBf16RoundsIntoThePairPanels) {
+  using hllm::DType;
+  const auto w16 = to_type<hllm::f16>(hllm::test::random_vector(32 * 64, 5));
+  const auto odd = to_type<hllm::f16>(hllm::test::random_vector(32 * 63, 6));
+  std::vector<hllm::bf16> rounded(w16.size());
+  for (std::size_t i = 0; i < w16.size(); ++i)
+    rounded[i] = hllm::bf16::from_float(hllm::to_float(w16[i]));
+  std::vector<std::byte> expected(rounded.size() * sizeof(hllm::bf16));
+  hllm::repack_tensor({DType::bf16, rounded.data(), 32, 64, "w"}, DType::bf16_x16, expected.data());
+  hllm::ModelWeights weights;
+  weights.layers.resize(1);
+  weights.layers[0].wq = {DType::f16, w16.data(), 32, 64, "wq"};
+  weights.layers[0].wk = {DType::f16, odd.data(), 32, 63, "wk"};
+  hllm::RepackPlan plan = hllm::RepackPlan::all();
+  plan.f16_as_bf16 = true;
+  hllm::repack_weights(weights, plan, false);
+  ASSERT_EQ(weights.layers[0].wq.type, DType::bf16_x16);
+  EXPECT_EQ(0, std::memcmp(weights.layers[0].wq.data, expected.data(), expected.size()));
+  EXPECT_EQ(weights.layers[0].wk.type, DType::f16_x16);  // odd columns: F16's own panels
+  for (const Isa isa : hllm::test::supported_isas()) {
+    const auto& table = hllm::kernels::table_for(isa);
+    EXPECT_EQ(hllm::repack_plan(hllm::Repack::automatic, table, true).f16_as_bf16,
+              table.matmul_bf16_x16_dot != nullptr)
+        << hllm::to_string(isa);
+    EXPECT_FALSE(hllm::repack_plan(hllm::Repack::automatic, table).f16_as_bf16);
+    EXPECT_FALSE(hllm::repack_plan(hllm::Repack::never, table, true).f16_as_bf16);
+  }
+}
+
 TEST(Repack, QuantizedTypesTakeThePanelsWhereTheShapeAllows) {
   using hllm::DType;
   for (DType type : {DType::q4_0, DType::q8_0}) {

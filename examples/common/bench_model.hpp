@@ -47,20 +47,23 @@ inline DType preset_type(cli::Parser& cli, const std::string& path, const std::s
 
 // path non-empty: the file; else the preset with weights of `type`. mode: as LoadOptions::repack
 // (automatic: the panels the kernels of run_isa read, and huge pages for a file's projections).
-// plain: the preset's Llama twin (synthetic_config).
+// plain: the preset's Llama twin (synthetic_config). f16_as_bf16: as LoadOptions::f16_as_bf16.
 inline BenchModel load_bench_model(const std::string& path, const std::string& preset, DType type,
-                                   Isa run_isa, Repack mode, bool log, bool plain = false) {
+                                   Isa run_isa, Repack mode, bool log, bool plain = false,
+                                   bool f16_as_bf16 = false) {
   BenchModel m;
-  const RepackPlan plan = repack_plan(mode, kernels::table_for(run_isa));
+  const RepackPlan plan = repack_plan(mode, kernels::table_for(run_isa), f16_as_bf16);
   if (!path.empty()) {
     GgufModel loaded = load_gguf_model(path, {.repack = Repack::never});
     m.config = loaded.config;
     m.weights = std::move(loaded.weights);
+    m.type_name = dtype_name(m.weights.layers.at(0).wq.type);
     repack_weights(m.weights, plan, loaded.file->is_mapped(), load_progress(log));
     m.name = path;
   } else {
     m.config = synthetic_config(preset, plain);
     m.weights = synthetic_weights(m.config, type, 1);
+    m.type_name = dtype_name(type);
     // In memory, not a file mapping: the source stays (and so does its memory), so nothing is
     // moved just for huge pages.
     RepackPlan in_memory = plan;
@@ -68,7 +71,9 @@ inline BenchModel load_bench_model(const std::string& path, const std::string& p
     repack_weights(m.weights, in_memory, false, load_progress(log));
     m.name = preset + (plain ? " (synthetic, plain Llama twin)" : " (synthetic)");
   }
-  m.type_name = dtype_name(file_type_of(m.weights.layers.at(0).wq.type));
+  // The file's type, and what a load made of it where that is another type.
+  const DType stored = file_type_of(m.weights.layers.at(0).wq.type);
+  if (m.type_name != dtype_name(stored)) m.type_name += " as " + dtype_name(stored);
   return m;
 }
 

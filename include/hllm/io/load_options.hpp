@@ -5,19 +5,20 @@
 
 namespace hllm {
 
-// Load-time relayout of the projection weights for decode (model/repack.hpp): the blocks'
-// Q4_0, Q8_0, Q4_K and Q6_K matrices go into 16-row panels (8-row groups where the shape does
-// not allow them), which the AVX-512 VNNI decode kernels read as one stream with one row per
-// vector lane; BF16 ones go into the 16-row pair panels of the AVX512-BF16 GEMM
-// (core/bf16_panels.hpp); and the projections move from the file mapping into one buffer of
+// Load-time relayout of the projection weights (model/repack.hpp) into the layouts of the
+// registry (core/layouts.hpp) that the kernels prefer: the quantized matrices into 16-row panels
+// (8-row groups where the shape does not allow them, with AVX-512 VNNI), which decode reads as
+// one stream with one row per vector lane and the prefill GEMM reads in place; F32 and F16 ones
+// into 16-row panels and BF16 ones into 16-row pair panels, the FP32 and BF16 GEMMs' own; and
+// the projections move from the file mapping into one buffer of
 // transparent huge pages (a decode stream over 4 KiB pages pays a TLB walk per page, two-level in
 // a VM, and restarts the prefetcher at each page boundary). Each source tensor's pages are
 // returned to the kernel once copied, so the peak resident size stays about the file's.
 // docs/performance.md measures what each of these gains.
 enum class Repack {
-  // For a model mapped from a file: interleave where this process's kernels (kernels::active())
-  // prefer it (VNNI for the quantized types, AVX512-BF16 for BF16 panels), move the rest where
-  // the kernel grants huge pages (repack_plan in model/repack.hpp). Memory the caller lent
+  // For a model mapped from a file: repack where this process's kernels (kernels::active())
+  // prefer it (every vector ISA; the 8-row groups with AVX-512 VNNI), move the rest where the
+  // kernel grants huge pages (repack_plan in model/repack.hpp). Memory the caller lent
   // (gguf::File::from_memory) is left in place.
   automatic,
   never,   // every weight stays in the file's layout, in place in the mapping
@@ -32,6 +33,12 @@ struct LoadOptions {
   bool check_finite = false;
   // Costs one copy of the projection weights at load.
   Repack repack = Repack::automatic;
+  // Round F16 projection weights to BF16 (to nearest even) while repacking, where the CPU has
+  // AVX512-BF16, so they take the BF16 pair panels and vdpbf16ps: prefill about twice as fast
+  // (docs/performance.md), as ik_llama.cpp's -rtr does. Lossy: BF16 keeps 8 of F16's 11
+  // significant bits, and activations are rounded to bf16 too; even SessionOptions::exact then
+  // runs on the rounded weights. Off by default; no effect without AVX512-BF16 or repacking.
+  bool f16_as_bf16 = false;
   // Called per tensor during the slow parts of a load (io/progress.hpp): stage "checking" for
   // check_finite, "repacking" for the repack, which reads every page of the file. Mapping a file
   // and validating its tensors takes milliseconds and reports nothing. load_gguf_model reports;

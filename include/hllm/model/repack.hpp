@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "hllm/core/error.hpp"
+#include "hllm/core/half.hpp"
 #include "hllm/core/layouts.hpp"
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/io/load_options.hpp"
@@ -81,6 +82,8 @@ inline std::shared_ptr<std::byte> allocate_huge_pages(std::size_t bytes) {
 struct RepackPlan {
   std::array<bool, kRepackedLayouts.size()> layouts{};  // layouts[i]: kRepackedLayouts[i]
   bool move_all = false;  // every other projection is copied over as it is, for the huge pages
+  // F16 matrices rounded to BF16 into the BF16 pair panels (LoadOptions::f16_as_bf16).
+  bool f16_as_bf16 = false;
 
   // Every layout of the given kinds.
   static RepackPlan of_kinds(std::initializer_list<LayoutKind> kinds, bool move_all = false) {
@@ -99,8 +102,12 @@ struct RepackPlan {
 };
 
 // The layout w goes into under `plan`: the first of the registry's layouts made from w's type
-// that w's shape fits and the plan takes, else w's own type.
+// that w's shape fits and the plan takes, else w's own type; with f16_as_bf16, F16 weights
+// that the BF16 pair panels fit go there.
 inline DType repack_target(const WeightTensor& w, const RepackPlan& plan) noexcept {
+  if (plan.f16_as_bf16 && w.type == DType::f16 &&
+      repacked_layout(DType::bf16_x16)->fits(w.rows, w.cols))
+    return DType::bf16_x16;
   for (std::size_t i = 0; i < kRepackedLayouts.size(); ++i) {
     const LayoutSpec& spec = kRepackedLayouts[i];
     if (plan.layouts[i] && spec.source == w.type && spec.fits(w.rows, w.cols)) return spec.type;
@@ -184,9 +191,16 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
   for (std::size_t i = 0; i < targets.size(); ++i) {
     const Target& t = targets[i];
     const std::size_t bytes = t.w->bytes();
-    if (t.to != t.w->type)
+    if (t.w->type == DType::f16 && t.to == DType::bf16_x16) {
+      std::vector<bf16> rounded(t.w->rows * t.w->cols);  // [rows][cols]
+      const f16* source = t.w->as<f16>();
+      for (std::size_t i = 0; i < rounded.size(); ++i)
+        rounded[i] = bf16::from_float(to_float(source[i]));
+      repack_tensor({DType::bf16, rounded.data(), t.w->rows, t.w->cols, t.w->name}, t.to,
+                    buffer + offset);
+    } else if (t.to != t.w->type) {
       repack_tensor(*t.w, buffer + offset);
-    else
+    } else
       std::memcpy(buffer + offset, t.w->data, bytes);
     if (release_source) detail::release_mapped_pages(t.w->data, bytes);
     offset += new_bytes(t);
@@ -203,20 +217,22 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
 
 // What a Repack mode does for a session running `table`. automatic: every layout the table's
 // kernels prefer (LayoutKernels::preferred), and the rest moved where the kernel grants huge
-// pages; always: every layout, everything moved; never: nothing.
-inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table) {
+// pages; always: every layout, everything moved; never: nothing. f16_as_bf16
+// (LoadOptions::f16_as_bf16) applies where the table has the BF16 dot (AVX512-BF16).
+inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table,
+                              bool f16_as_bf16 = false) {
+  RepackPlan plan;
   switch (mode) {
-    case Repack::automatic: {
-      RepackPlan plan;
+    case Repack::automatic:
       for (std::size_t i = 0; i < kRepackedLayouts.size(); ++i)
         plan.layouts[i] = table.kernels_for(kRepackedLayouts[i].type).preferred;
       plan.move_all = huge_pages_available();
-      return plan;
-    }
-    case Repack::always: return RepackPlan::all(true);
-    case Repack::never: break;
+      break;
+    case Repack::always: plan = RepackPlan::all(true); break;
+    case Repack::never: return plan;
   }
-  return {};
+  plan.f16_as_bf16 = f16_as_bf16 && table.matmul_bf16_x16_dot != nullptr;
+  return plan;
 }
 
 // Applies options.repack (see Repack). release_source: the weights are views into this
@@ -224,8 +240,8 @@ inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table) {
 // would double it.
 inline void repack_weights(ModelWeights& weights, const LoadOptions& options, bool release_source) {
   if (options.repack == Repack::automatic && !release_source) return;
-  repack_weights(weights, repack_plan(options.repack, kernels::active()), release_source,
-                 options.progress);
+  repack_weights(weights, repack_plan(options.repack, kernels::active(), options.f16_as_bf16),
+                 release_source, options.progress);
 }
 
 }  // namespace hllm
