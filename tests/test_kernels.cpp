@@ -711,7 +711,7 @@ TEST_P(KernelIsa, InterleavedQuantMatmulMatchesTwinAndExactWithinDerivedBounds) 
 }
 
 // Q4_0/Q4_1/Q8_0 in 16-row panels of two block columns and Q4_K/Q5_K/Q6_K of one super-block
-// column (Interleaved16): on VNNI CPUs whole groups take decode_group16 (under 8 tokens) or the
+// column (Interleaved16): on vector ISAs whole groups take decode_group16 (small batches) or the
 // packed-panel GEMM, whose panels load straight from them; other ISAs and rows outside whole
 // groups copy rows out. Decode and prefill token counts, K-chunk crossings (34, 70 blocks) and
 // the 256-token chunk.

@@ -73,6 +73,7 @@ HLLM_TARGET_END
 #define HLLM_QUANT_VNNI 1
 HLLM_TARGET_AVX_VNNI_BEGIN
 namespace hllm::kernels::avx_vnni {
+using avx2::for_token_tiles;
 using avx2::q6_k_slice_values;
 using avx2::VecF32;
 #include "hllm/kernels/integer_kernels-inl.hpp"
@@ -103,6 +104,7 @@ HLLM_TARGET_END
 #define HLLM_QUANT_VNNI 1
 HLLM_TARGET_AVX512_VNNI_BEGIN
 namespace hllm::kernels::avx512_vnni {
+using avx512::for_token_tiles;
 using avx512::q6_k_slice_values;
 using avx512::VecF32;
 #include "hllm/kernels/integer_kernels-inl.hpp"

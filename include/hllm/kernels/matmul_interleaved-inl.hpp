@@ -4,10 +4,10 @@
 // isa_kernels.hpp), after the row-major kernels it falls back on. No include guard, by design.
 //
 // The 16-row panels run on every vector ISA (the 16-lane primitives of simd/lanes16-inl.hpp):
-// decode (fewer than kPackedMinTokens tokens) with decode_group16, one row per lane, prefill with
-// the packed GEMM, whose panels load straight from them (Interleaved16Panels in
-// gemm_panels-inl.hpp); both sum a token's output block after block in one FMA chain, so a token
-// gets the same bits from either (batch invariance), and from either ISA. The 8-row groups
+// decode and small batches (below kDecodeBelowTokens tokens) with decode_group16, one row per
+// lane, prefill with the packed GEMM, whose panels load straight from them (Interleaved16Panels
+// in gemm_panels-inl.hpp); both sum a token's output block after block in one FMA chain, so a
+// token gets the same bits from either (batch invariance), and from either ISA. The 8-row groups
 // (matrices whose rows are not a multiple of 16) run directly with AVX-512 VNNI only: every token
 // count with decode_group8, which loads each activation block once for 8 rows and their 8 scales
 // with one load. Everything else (rows outside whole groups; the scalar twin; the 8-row groups
@@ -236,61 +236,97 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 #endif
 
 #if HLLM_ISA_LEVEL >= 1
-// Decode of one 16-row group of Q4_0, Q4_1 or Q8_0 panels (Interleaved16) against one token:
-// out[0..16), row r in lane r. Each block's integer dot is one chain per register of 16 rows'
-// weights against a broadcast activation group, in the panel GEMM's operand form (gemm_panels-
-// inl.hpp: with VNNI Q8_0's q + 128 bytes against a start at the block's bias, otherwise |q|
-// against the activation with q's sign), so it is exact and needs no lane sums, scale permutes
-// or float offset terms. Q4_0's offset is the low chain's start, bias / 16 = −8·Σx; Q4_1's
-// minimums come in after each block's scaled dot: m·d_x·Σx (d_sum), 16 rows at once. The high
-// nibbles run a second chain (high_nibbles: with VNNI multiplied in place as q & 0xf0). The
-// unit's bytes are read in address order (alternating the two columns' loads halves the rate at
-// which the hardware prefetcher streams the panels from DRAM). Each block's scaled dot is added
-// to one accumulator, block after block, exactly as the packed GEMM (panel_tile) sums a token's
-// row: the kernels are batch invariant, a token's outputs the same bits whichever runs it.
+// Tokens per decode pass over a group's panel: Q4_0, Q4_1 and Q8_0 take as many as the registers
+// hold (one load and unpack of each weight register serves them all); the K-quants, whose chains
+// fill the registers already, one.
 template <class Block>
-inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, std::size_t units,
-                           float* out) {
+inline constexpr std::size_t kDecodeTokens = std::is_same_v<Block, BlockQ4_0> ||
+                                                     std::is_same_v<Block, BlockQ4_1> ||
+                                                     std::is_same_v<Block, BlockQ8_0>
+                                                 ? (HLLM_ISA_LEVEL == 2 ? 4 : 2)
+                                                 : 1;
+// Token counts below this run the decode kernel, the others the packed GEMM: with several tokens
+// per pass, decode is the faster up to 8 tokens, for which the GEMM's staging of each panel is
+// shared by too few (docs/performance.md, small batches).
+template <class Block>
+inline constexpr std::size_t kDecodeBelowTokens = kDecodeTokens<Block> > 1 ? 9 : kPackedMinTokens;
+
+// Decode of one 16-row group of Q4_0, Q4_1 or Q8_0 panels (Interleaved16) against kTokens
+// tokens (x: kTokens rows of activation blocks, x_stride apart): out[t·out_stride + r] for rows
+// r < 16, row r in lane r. Each block's integer dot is one chain per register of 16 rows' weights
+// against a broadcast activation group, in the panel GEMM's operand form (gemm_panels-inl.hpp:
+// with VNNI Q8_0's q + 128 bytes against a start at the block's bias, otherwise |q| against the
+// activation with q's sign), so it is exact and needs no lane sums, scale permutes or float
+// offset terms. Q4_0's offset is the low chain's start, bias / 16 = −8·Σx; Q4_1's minimums come in
+// after each block's scaled dot: m·d_x·Σx (d_sum), 16 rows at once. The high nibbles run a second
+// chain (high_nibbles: with VNNI multiplied in place as q & 0xf0). The unit's bytes are read in
+// address order (alternating the two columns' loads halves the rate at which the hardware
+// prefetcher streams the panels from DRAM), once for all kTokens tokens, whose chains take the
+// same operations in the same order as one token's would. Each block's scaled dot is added to
+// one accumulator per token, block after block, exactly as the packed GEMM (panel_tile) sums a
+// token's row: the kernels are batch invariant, a token's outputs the same bits whichever runs
+// it and with however many tokens.
+template <std::size_t kTokens, class Block>
+inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Act* x,
+                                  std::size_t x_stride, std::size_t units, float* out,
+                                  std::size_t out_stride) {
   using L = Lanes16;
-  L::Float acc = L::zero();
+  L::Float acc[kTokens];
+  _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = L::zero();
   for (std::size_t u = 0; u < units; ++u) {
     const Interleaved16<Block>& unit = w[u];
     _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
-      const BlockQ8Act& a = x[2 * u + h];
-      L::Int dot;
+      const auto a = [&](std::size_t t) -> const BlockQ8Act& {
+        return x[t * x_stride + 2 * u + h];
+      };
+      L::Int dot[kTokens];
       if constexpr (std::is_same_v<Block, BlockQ8_0>) {
-        L::Int chain[1] = {L::splat32(offset_start(a.bias, kPanelOffset<Block>))};
-        dot_runs<kPanelMax<Block>, 8>(chain, [&](std::size_t k, std::size_t, L::Int& q, L::Int& s) {
+        _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) dot[t] =
+            L::splat32(offset_start(a(t).bias, kPanelOffset<Block>));
+        dot_runs<kPanelMax<Block>, 8>(dot, [&](std::size_t k, std::size_t t, L::Int& q, L::Int& s) {
           q = L::load_int(unit.qs[h][k]);
-          s = broadcast_group(a, k);
+          s = broadcast_group(a(t), k);
           if constexpr (kSignedPanel<Block>) {
             const L::Int signed_q = L::bit_xor(q, L::splat8(0x80));
             q = L::abs8(signed_q);
             s = L::sign8(s, signed_q);
           }
         });
-        dot = chain[0];
       } else {
         L::Int q[4];
         _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) q[k] =
             L::load_int(unit.qs[h][k]);
-        // [low, high nibbles], raw nibbles on every ISA: Q4_0's offset of 8 is the low start.
-        L::Int chains[2] = {
-            L::splat32(offset_start(a.bias, std::is_same_v<Block, BlockQ4_0> ? 8 : 0)),
-            L::zero_int()};
+        // [low nibbles of every token, then high], raw nibbles on every ISA: Q4_0's offset of 8
+        // is the low start.
+        L::Int chains[2 * kTokens];
+        _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) {
+          chains[t] = L::splat32(offset_start(a(t).bias, std::is_same_v<Block, BlockQ4_0> ? 8 : 0));
+          chains[kTokens + t] = L::zero_int();
+        }
         dot_runs<kPanelMax<Block>, 4>(
             chains, [&](std::size_t k, std::size_t c, L::Int& v, L::Int& s) {
-              v = c == 0 ? L::bit_and(q[k], L::splat8(0x0f)) : high_nibbles(q[k]);
-              s = broadcast_group(a, k + 4 * c);
+              const std::size_t high = c / kTokens;
+              v = high == 0 ? L::bit_and(q[k], L::splat8(0x0f)) : high_nibbles(q[k]);
+              s = broadcast_group(a(c % kTokens), k + 4 * high);
             });
-        dot = L::add32(chains[0], high_nibble_dot(chains[1]));
+        _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) dot[t] =
+            L::add32(chains[t], high_nibble_dot(chains[kTokens + t]));
       }
-      acc = L::fma(L::to_float(dot), L::mul(L::load(unit.d[h]), L::splat(a.d)), acc);
-      if constexpr (std::is_same_v<Block, BlockQ4_1>)
-        acc = L::fma(L::load(unit.m[h]), L::splat(a.d_sum), acc);
+      const L::Float d = L::load(unit.d[h]);
+      _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) {
+        acc[t] = L::fma(L::to_float(dot[t]), L::mul(d, L::splat(a(t).d)), acc[t]);
+        if constexpr (std::is_same_v<Block, BlockQ4_1>)
+          acc[t] = L::fma(L::load(unit.m[h]), L::splat(a(t).d_sum), acc[t]);
+      }
     }
   }
-  L::store(out, acc);
+  _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t)
+      L::store(out + t * out_stride, acc[t]);
+}
+template <class Block>
+inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, std::size_t units,
+                           float* out) {
+  decode_group16_tokens<1>(w, x, 0, units, out, 0);
 }
 
 // Decode of one 16-row group of Q4_K or Q5_K panels against one token: out[0..16). Per pair of
@@ -505,15 +541,22 @@ inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, 
   const std::size_t blocks = cols / 32;  // activation blocks per token
   if (row_begin % 16 == 0) {
     const std::size_t groups = (row_end - row_begin) / 16;
-    if (n_tokens >= kPackedMinTokens) {
+    if (n_tokens >= kDecodeBelowTokens<Block>) {
       gemm_packed<Block>(Interleaved16Panels<Block>{w, units}, rows, blocks, x, n_tokens, y,
                          row_begin, groups);
     } else {
       // Group by group, every token: a group's panel is read from memory once.
       for (std::size_t g = 0; g < groups; ++g) {
         const std::size_t r = row_begin + 16 * g;
-        for (std::size_t t = 0; t < n_tokens; ++t)
-          decode_group16(w + (r / 16) * units, x + t * blocks, units, y + t * rows + r);
+        if constexpr (kDecodeTokens < Block >> 1) {
+          for_token_tiles<kDecodeTokens<Block>>(n_tokens, [&](auto k_tokens, std::size_t t) {
+            decode_group16_tokens<k_tokens()>(w + (r / 16) * units, x + t * blocks, blocks, units,
+                                              y + t * rows + r, rows);
+          });
+        } else {
+          for (std::size_t t = 0; t < n_tokens; ++t)
+            decode_group16(w + (r / 16) * units, x + t * blocks, units, y + t * rows + r);
+        }
       }
     }
     row_begin += 16 * groups;
