@@ -194,8 +194,8 @@ inline void repack_weights(ModelWeights& weights, RepackPlan plan, bool release_
     if (t.w->type == DType::f16 && t.to == DType::bf16_x16) {
       std::vector<bf16> rounded(t.w->rows * t.w->cols);  // [rows][cols]
       const f16* source = t.w->as<f16>();
-      for (std::size_t i = 0; i < rounded.size(); ++i)
-        rounded[i] = bf16::from_float(to_float(source[i]));
+      for (std::size_t e = 0; e < rounded.size(); ++e)
+        rounded[e] = bf16::from_float(to_float(source[e]));
       repack_tensor({DType::bf16, rounded.data(), t.w->rows, t.w->cols, t.w->name}, t.to,
                     buffer + offset);
     } else if (t.to != t.w->type) {
