@@ -4,15 +4,16 @@
 // isa_kernels.hpp), after the row-major kernels it falls back on. No include guard, by design.
 //
 // The 16-row panels run on every vector ISA (the 16-lane primitives of simd/lanes16-inl.hpp):
-// decode and small batches (below kDecodeBelowTokens tokens) with decode_group16, one row per
-// lane, prefill with the packed GEMM, whose panels load straight from them (Interleaved16Panels
-// in gemm_panels-inl.hpp); both sum a token's output block after block in one FMA chain, so a
-// token gets the same bits from either (batch invariance), and from either ISA. The 8-row groups
-// (matrices whose rows are not a multiple of 16) run directly with AVX-512 VNNI only: every token
-// count with decode_group8, which loads each activation block once for 8 rows and their 8 scales
-// with one load. Everything else (rows outside whole groups; the scalar twin; the 8-row groups
-// elsewhere, which a session may choose for a model repacked for VNNI) copies each row's blocks
-// out (block_at) and runs the row-major kernels on it: the same integer arithmetic, slower.
+// decode and small batches (below kDecodeBelowTokens tokens) with decode_group16_tokens (Q4_0,
+// Q4_1, Q8_0) or decode_group16 (the K-quants), one row per lane, prefill with the packed GEMM,
+// whose panels load straight from them (Interleaved16Panels in gemm_panels-inl.hpp); both sum a
+// token's output block after block in one FMA chain, so a token gets the same bits from either
+// (batch invariance), and from either ISA. The 8-row groups (matrices whose rows are not a multiple
+// of 16) run directly with AVX-512 VNNI only: every token count with decode_group8, which loads
+// each activation block once for 8 rows and their 8 scales with one load. Everything else (rows
+// outside whole groups; the scalar twin; the 8-row groups elsewhere, which a session may choose for
+// a model repacked for VNNI) copies each row's blocks out (block_at) and runs the row-major kernels
+// on it: the same integer arithmetic, slower.
 
 #if HLLM_QUANT_VNNI && HLLM_ISA_LEVEL == 2
 // Lane l of register z holds part of row z·(16/lanes_per_row) + l/lanes_per_row.
@@ -249,7 +250,7 @@ inline constexpr std::size_t kDecodeTokens = std::is_same_v<Block, BlockQ4_0> ||
 // per pass, decode is the faster up to 8 tokens, for which the GEMM's staging of each panel is
 // shared by too few (docs/performance.md, small batches).
 template <class Block>
-inline constexpr std::size_t kDecodeBelowTokens = kDecodeTokens<Block> > 1 ? 9 : kPackedMinTokens;
+inline constexpr std::size_t kDecodeBelowTokens = kDecodeTokens<Block> == 1 ? kPackedMinTokens : 9;
 
 // Decode of one 16-row group of Q4_0, Q4_1 or Q8_0 panels (Interleaved16) against kTokens
 // tokens (x: kTokens rows of activation blocks, x_stride apart): out[t·out_stride + r] for rows
@@ -322,11 +323,6 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
   }
   _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t)
       L::store(out + t * out_stride, acc[t]);
-}
-template <class Block>
-inline void decode_group16(const Interleaved16<Block>* w, const BlockQ8Act* x, std::size_t units,
-                           float* out) {
-  decode_group16_tokens<1>(w, x, 0, units, out, 0);
 }
 
 // Decode of one 16-row group of Q4_K or Q5_K panels against one token: out[0..16). Per pair of
@@ -548,14 +544,14 @@ inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, 
       // Group by group, every token: a group's panel is read from memory once.
       for (std::size_t g = 0; g < groups; ++g) {
         const std::size_t r = row_begin + 16 * g;
-        if constexpr (kDecodeTokens < Block >> 1) {
+        if constexpr (kDecodeTokens<Block> == 1) {  // the K-quants' one-token kernels
+          for (std::size_t t = 0; t < n_tokens; ++t)
+            decode_group16(w + (r / 16) * units, x + t * blocks, units, y + t * rows + r);
+        } else {
           for_token_tiles<kDecodeTokens<Block>>(n_tokens, [&](auto k_tokens, std::size_t t) {
             decode_group16_tokens<k_tokens()>(w + (r / 16) * units, x + t * blocks, blocks, units,
                                               y + t * rows + r, rows);
           });
-        } else {
-          for (std::size_t t = 0; t < n_tokens; ++t)
-            decode_group16(w + (r / 16) * units, x + t * blocks, units, y + t * rows + r);
         }
       }
     }
