@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <ostream>
 #include <span>
@@ -50,7 +51,8 @@ struct Family {
   bool renormalized = false;           // the chosen experts' weights
   const char* architecture = nullptr;  // nullptr: the name
   bool sandwich() const { return layout == hllm::BlockLayout::sandwich; }
-  bool output_norms() const { return layout != hllm::BlockLayout::pre_norm; }
+  bool parallel() const { return layout == hllm::BlockLayout::parallel; }
+  bool output_norms() const { return sandwich() || layout == hllm::BlockLayout::post_norm; }
   std::string arch() const { return architecture != nullptr ? architecture : name; }
 };
 
@@ -66,9 +68,20 @@ void expect_family(const hllm::ModelConfig& c, const Family& f) {
   EXPECT_EQ(c.qk_norm, f.qk_norm);
   EXPECT_EQ(c.tied_embeddings, f.tied);
   EXPECT_EQ(c.layout, f.layout);
-  // HF's rows, which these families' GGUF files keep (llama's converter permutes them)
-  if (f.arch() != "llama") {
+  // HF's rows, which these families' GGUF files keep (llama's converter permutes them);
+  // Cohere's checkpoints hold interleaved pairs already.
+  if (f.arch() == "command-r") {
+    EXPECT_EQ(c.rope.layout, hllm::RopeLayout::interleaved);
+  } else if (f.arch() != "llama") {
     EXPECT_EQ(c.rope.layout, hllm::RopeLayout::neox);
+  }
+  if (f.parallel()) {  // Command-R's goldens: LayerNorm, the checkpoint's logit scale
+    EXPECT_EQ(c.norm, hllm::NormKind::layer);
+    EXPECT_EQ(c.logit_scale, 0.25f);
+    EXPECT_EQ(c.rms_eps, 1e-5f);
+  } else {
+    EXPECT_EQ(c.norm, hllm::NormKind::rms);
+    EXPECT_EQ(c.logit_scale, 0.0f);
   }
   if (f.sandwich()) {  // Gemma 2's goldens: every variant of the family, at the checkpoint's values
     EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu_tanh);
@@ -120,6 +133,10 @@ TEST_P(FamilyCheckpoint, GgufConversionLogitsMatchTheReference) {
   EXPECT_EQ(file.find_tensor("blk.1.post_ffw_norm.weight") != nullptr, f.output_norms());
   EXPECT_EQ(file.find_tensor("blk.1.attn_norm.weight") == nullptr,
             f.layout == hllm::BlockLayout::post_norm);
+  EXPECT_EQ(file.find_tensor("blk.1.ffn_norm.weight") == nullptr,
+            f.layout == hllm::BlockLayout::post_norm || f.parallel());
+  EXPECT_EQ(file.has(f.arch() + ".attention.layer_norm_epsilon"), f.parallel());
+  EXPECT_EQ(file.has(f.arch() + ".logit_scale"), f.parallel());
 
   hllm::GgufModel gguf = hllm::load_gguf_model(tmp / "model.gguf");
   expect_family(gguf.config, f);
@@ -170,8 +187,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Family{"qwen3moe", false, false, false, hllm::QkNorm::per_head, {}, 4, true},
                       Family{"olmoe", false, false, false, hllm::QkNorm::whole, {}, 4},
                       Family{"olmo2", false, false, false, hllm::QkNorm::whole,
-                             hllm::BlockLayout::post_norm}),
-    [](const auto& p) { return std::string(p.param.name); });
+                             hllm::BlockLayout::post_norm},
+                      Family{"command-r", false, true, false, {}, hllm::BlockLayout::parallel}),
+    [](const auto& p) {  // test names take no '-': command_r
+      std::string name = p.param.name;
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
 
 // A GGUF file of a family, written from the qwen2 checkpoint, then altered by `edit`.
 std::string qwen2_gguf_with(const hllm::test::TempDir& tmp,
@@ -320,6 +342,50 @@ TEST(FamilyGguf, Gemma2DefaultsAreLlamaCppsAndTheWriterRefusesWhatFilesCannotHol
     x.architecture = "llama";
     x.rope.layout = hllm::RopeLayout::interleaved;
   }));
+}
+
+// Command-R: a file without logit_scale gets none (llama.cpp's default; config.json's default
+// is Cohere's 0.0625); Command R+'s per-head QK-norm is refused by tensor in files and by key in
+// config.json; the writer refuses a LayerNorm or a logit scale for families whose files cannot
+// say them, and RMSNorm for command-r.
+TEST(FamilyGguf, CommandRDefaultsAndRefusals) {
+  const hllm::HfModel hf = hllm::load_hf_model(kFamilies + "command-r");
+  hllm::test::TempDir tmp;
+  {
+    hllm::gguf::Writer out = hllm::gguf_model_writer(hf.config, hf.weights);
+    EXPECT_TRUE(out.remove("command-r.logit_scale"));
+    out.write(tmp / "unscaled.gguf");
+    EXPECT_EQ(hllm::load_gguf_model(tmp / "unscaled.gguf").config.logit_scale, 0.0f);
+  }
+  {
+    hllm::gguf::Writer out = hllm::gguf_model_writer(hf.config, hf.weights);
+    out.add_tensor("blk.0.attn_q_norm.weight", hllm::DType::f32, {16, 4},
+                   std::vector<std::byte>(64 * sizeof(float)));
+    out.write(tmp / "qk_norm.gguf");
+    const hllm::Error e = catch_error([&] { hllm::load_gguf_model(tmp / "qk_norm.gguf"); });
+    EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
+    EXPECT_EQ(e.field(), "blk.0.attn_q_norm.weight");
+  }
+  nlohmann::json j = nlohmann::json::parse(
+      hllm::io::read_text_file(kFamilies + "command-r/config.json", "config.json"));
+  j.erase("logit_scale");
+  EXPECT_EQ(hllm::hf_model_config(j, "config.json").logit_scale, 0.0625f);
+  j["use_qk_norm"] = true;
+  EXPECT_EQ(catch_error([&] { hllm::hf_model_config(j, "config.json"); }).field(), "use_qk_norm");
+
+  const auto refused = [](hllm::ModelConfig c, const hllm::ModelWeights& w) {
+    return catch_error([&] { hllm::gguf_model_writer(c, w); }).kind() ==
+           hllm::ErrorKind::unsupported;
+  };
+  hllm::ModelConfig rms = hf.config;
+  rms.norm = hllm::NormKind::rms;
+  EXPECT_TRUE(refused(rms, hf.weights));
+  const hllm::HfModel qwen2 = hllm::load_hf_model(kFamilies + "qwen2");
+  hllm::ModelConfig layer_norm = qwen2.config, scaled = qwen2.config;
+  layer_norm.norm = hllm::NormKind::layer;
+  scaled.logit_scale = 0.5f;
+  EXPECT_TRUE(refused(layer_norm, qwen2.weights));
+  EXPECT_TRUE(refused(scaled, qwen2.weights));
 }
 
 // Which layers a window applies to: all (pattern 0), every layer but the last of each group of

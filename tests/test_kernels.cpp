@@ -265,6 +265,26 @@ TEST_P(KernelIsa, RmsNormMatchesReference) {
   }
 }
 
+TEST_P(KernelIsa, LayerNormMatchesReference) {
+  const auto& table = hllm::kernels::table_for(GetParam());
+  for (std::size_t n : {1u, 5u, 16u, 17u, 63u, 256u, 2049u}) {
+    // An offset mean, so that subtracting it matters, with and without a bias.
+    auto x = hllm::test::random_vector(n, 5);
+    for (float& v : x) v += 3.0f;
+    const auto w = hllm::test::random_vector(n, 6), b = hllm::test::random_vector(n, 7);
+    for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+      std::vector<float> expected(n), actual(n);
+      hllm::reference::layer_norm(x.data(), w.data(), bias, n, 1e-5f, expected.data());
+      table.layer_norm(x.data(), w.data(), bias, n, 1e-5f, actual.data());
+      // Sums of n terms in float against double, as for RMSNorm; the deviations are O(1) after
+      // the mean's O(3) is taken out, so the mean's rounding (|mean|·gamma_n) stays far below
+      // the tolerance.
+      EXPECT_TRUE(hllm::test::all_close(actual, expected, 1e-5f))
+          << n << (bias != nullptr ? " with bias" : "");
+    }
+  }
+}
+
 // Scores are scaled dot products, soft-capped in half of the calls (a cap of 0.5 bends these
 // scores hard), so both paths of AttentionScoring meet every kernel.
 hllm::AttentionScoring test_scoring(std::size_t head_dim, std::size_t n_keys) {

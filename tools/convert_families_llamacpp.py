@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Converts the family checkpoints of tests/goldens/families/ with llama.cpp's own converter.
 
-    .venv-tools/bin/python tools/convert_families_llamacpp.py LLAMA_CPP_DIR
+    .venv-tools/bin/python tools/convert_families_llamacpp.py LLAMA_CPP_DIR [FAMILY...]
 
 LLAMA_CPP_DIR is a llama.cpp source snapshot outside this repository (for instance the
 vendor/llama.cpp of the llama-cpp-python sdist: `pip download --no-deps --no-binary :all:
@@ -72,16 +72,18 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if len(argv) < 1:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     llama_cpp = Path(argv[0]).resolve()
+    only = set(argv[1:])  # the families to convert; empty: all
     converter = llama_cpp / "convert_hf_to_gguf.py"
     if not converter.is_file():
         print(f"no convert_hf_to_gguf.py in {llama_cpp}", file=sys.stderr)
         return 2
     env = {"PYTHONPATH": f"{llama_cpp / 'gguf-py'}:{llama_cpp}", "PATH": "/usr/bin:/bin"}
-    for family in sorted(p for p in FAMILIES.iterdir() if (p / "config.json").is_file()):
+    for family in sorted(p for p in FAMILIES.iterdir()
+                         if (p / "config.json").is_file() and (not only or p.name in only)):
         out = family / "llamacpp-f32.gguf"
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = Path(tmp) / family.name

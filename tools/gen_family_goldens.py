@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Goldens for the model families beyond Llama: tiny random checkpoints and their logits.
 
-    tools/setup_python.sh && .venv-tools/bin/python tools/gen_family_goldens.py
+    tools/setup_python.sh && .venv-tools/bin/python tools/gen_family_goldens.py [FAMILY...]
 
 For each family this writes tests/goldens/families/<family>/ holding
   config.json, model.safetensors   a Hugging Face checkpoint (float32), as
@@ -32,8 +32,13 @@ Independent references
       before the head split; Mixtral-style experts, not renormalized (norm_topk_prob False);
     - olmo2: models/olmo2/modeling_olmo2.py (added in 4.47): OLMoE's QK-norm, and
       Olmo2DecoderLayer's `h = x + post_attention_layernorm(self_attn(x))`,
-      `out = h + post_feedforward_layernorm(mlp(h))`, no norm on the sublayers' inputs.
-* Where the pinned transformers has the class (Qwen2, Phi3, Gemma2, Mixtral, Qwen2Moe, Olmoe), its eager
+      `out = h + post_feedforward_layernorm(mlp(h))`, no norm on the sublayers' inputs;
+    - command-r: transformers' models/cohere/modeling_cohere.py (4.46.3): CohereDecoderLayer's
+      parallel block, `residual + self_attn(n) + mlp(n)` with n = input_layernorm(x), a
+      CohereLayerNorm (mean-centred, weight only, layer_norm_eps); rotate_half on the pairs
+      (2i, 2i + 1) (`x[..., ::2]`, `x[..., 1::2]`, cos/sin repeat_interleave'd); tied
+      embeddings; `logits * self.logit_scale`.
+* Where the pinned transformers has the class (Qwen2, Phi3, Gemma2, Mixtral, Qwen2Moe, Olmoe, Cohere), its eager
   float64 forward,
   with the float32 casts inside kept in float64 as gen_goldens.py does for Llama, must agree
   with the textbook logits within 1e-9; the checkpoint is written by its save_pretrained.
@@ -56,9 +61,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_goldens as g  # noqa: E402  (helpers: Rng, rmsnorm, apply_rope, attention, ...)
 
 from safetensors.torch import save_file  # noqa: E402
-from transformers import (Gemma2Config, Gemma2ForCausalLM, MixtralConfig, MixtralForCausalLM,  # noqa: E402
+from transformers import (CohereConfig, CohereForCausalLM, Gemma2Config, Gemma2ForCausalLM,  # noqa: E402
+                          MixtralConfig, MixtralForCausalLM,
                           OlmoeConfig, OlmoeForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM)
+from transformers.models.cohere import modeling_cohere  # noqa: E402
 from transformers.models.gemma2 import modeling_gemma2  # noqa: E402
 from transformers.models.mixtral import modeling_mixtral  # noqa: E402
 from transformers.models.olmoe import modeling_olmoe  # noqa: E402
@@ -97,8 +104,10 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
         w[p + "self_attn.o_proj.weight"] = rng.linear(dim, q)  # [dim, q]
         # Sandwich norms (Gemma 2): post_attention_layernorm follows attention and
         # pre_feedforward_layernorm precedes the FFN; with post-norm (OLMo 2) the FFN has no
-        # input norm; with pre-norm post_attention_layernorm is the FFN's norm.
-        w[p + "post_attention_layernorm.weight"] = norm_weight(dim)  # [dim]
+        # input norm; with pre-norm post_attention_layernorm is the FFN's norm; a parallel
+        # block (Command-R) has only input_layernorm.
+        if layout != "parallel":
+            w[p + "post_attention_layernorm.weight"] = norm_weight(dim)  # [dim]
         if layout == "sandwich":
             w[p + "pre_feedforward_layernorm.weight"] = norm_weight(dim)  # [dim]
         if cfg["n_experts"]:
@@ -107,7 +116,7 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
             w[p + "mlp.gate_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
             w[p + "mlp.up_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
             w[p + "mlp.down_proj.weight"] = rng.linear(dim, ffn)  # [dim, ffn]
-        if layout != "pre":
+        if layout in ("sandwich", "post"):
             w[p + "post_feedforward_layernorm.weight"] = norm_weight(dim)  # [dim]
     w["model.norm.weight"] = norm_weight(dim)  # [dim]
     if not cfg["tie_word_embeddings"]:
@@ -177,6 +186,9 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
     pattern, window = cfg["sliding_pattern"], cfg["sliding_window"]
 
     def norm(x: torch.Tensor, name: str) -> torch.Tensor:
+        if cfg["norm"] == "layer":  # Cohere: mean-centred, biased variance, weight only
+            c = x - x.mean(-1, keepdim=True)
+            return c * torch.rsqrt(c.pow(2).mean(-1, keepdim=True) + eps) * w[name]
         return g.rmsnorm(x, w[name] + cfg["norm_offset"], eps)
 
     def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
@@ -202,8 +214,8 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
             return y
 
         q, k, v = project("q", H), project("k", KVH), project("v", KVH)
-        q = g.apply_rope(q, pos, inv_freq, "neox")  # HF rotate_half: [T, H, hd]
-        k = g.apply_rope(k, pos, inv_freq, "neox")  # [T, KVH, hd]
+        q = g.apply_rope(q, pos, inv_freq, cfg["rope"])  # HF rotate_half: [T, H, hd]
+        k = g.apply_rope(k, pos, inv_freq, cfg["rope"])  # [T, KVH, hd]
         # Layer l is windowed when pattern is 0 (all layers) or l % pattern < pattern - 1
         # (Gemma 2: pattern 2, the even layers; Gemma 3: 6).
         windowed = pattern == 0 or l % pattern < pattern - 1
@@ -216,6 +228,9 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
         elif layout == "post":
             h = h + norm(a, p + "post_attention_layernorm.weight")
             m = h  # [T, dim]
+        elif layout == "parallel":  # the FFN reads the attention's input norm
+            h = h + a
+            m = n  # [T, dim]
         else:
             h = h + a
             m = norm(h, p + "post_attention_layernorm.weight")  # [T, dim]
@@ -229,9 +244,13 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
             else:  # GeGLU, GELU's tanh approximation
                 act = 0.5 * gate * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate ** 3)))
             f = (act * up) @ w[p + "mlp.down_proj.weight"].T  # [T, dim]
-        h = h + (f if layout == "pre" else norm(f, p + "post_feedforward_layernorm.weight"))
+        output_norm = layout in ("sandwich", "post")
+        h = h + (norm(f, p + "post_feedforward_layernorm.weight") if output_norm else f)
     out = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
-    return softcap(norm(h, "model.norm.weight") @ out.T, cfg["final_softcap"])  # [T, vocab]
+    logits = norm(h, "model.norm.weight") @ out.T  # [T, vocab]
+    if cfg["logit_scale"]:  # Cohere
+        logits = logits * cfg["logit_scale"]
+    return softcap(logits, cfg["final_softcap"])  # [T, vocab]
 
 
 def base_config(**kw) -> dict:
@@ -241,7 +260,8 @@ def base_config(**kw) -> dict:
                qk_norm=None, layout="pre", activation="silu", embed_scale=False,
                attn_softcap=0.0, final_softcap=0.0, query_pre_attn_scalar=None, sliding_window=0,
                sliding_pattern=0, norm_offset=0.0, n_experts=0, n_experts_used=0, expert_ffn=0,
-               shared_ffn=0, norm_topk=False, mixtral_names=False)
+               shared_ffn=0, norm_topk=False, mixtral_names=False, norm="rms", rope="neox",
+               logit_scale=0.0)
     cfg.update(kw)
     return cfg
 
@@ -405,6 +425,42 @@ def hf_olmoe_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torc
                      g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]), TorchWithFloat64AsFloat)
 
 
+class Float64RotaryInterleaved(g.Float64Rotary):
+    """g.Float64Rotary with Cohere's table: each angle repeated for its pair (2i, 2i + 1)."""
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, **_):
+        freqs = position_ids.to(F64)[:, :, None] * self.inv_freq[None, None, :]  # [B, T, hd/2]
+        emb = torch.repeat_interleave(freqs, 2, dim=-1)  # [B, T, hd]
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def float64_cohere_rope(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    """modeling_cohere.apply_rotary_pos_emb without its q.float() / k.float() downcasts."""
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    rotate = modeling_cohere.rotate_half
+    return q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+
+
+def hf_cohere_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """CohereForCausalLM (eager, float64 inside) on these weights: parallel blocks, LayerNorm,
+    interleaved RoPE, logit_scale."""
+    kwargs = common_hf_kwargs(cfg)
+    del kwargs["rms_norm_eps"]
+    hf_cfg = CohereConfig(layer_norm_eps=cfg["rms_norm_eps"], logit_scale=cfg["logit_scale"], use_qk_norm=False,
+                          pad_token_id=0, bos_token_id=1, eos_token_id=2, **kwargs)
+    torch.manual_seed(0)
+    model = CohereForCausalLM(hf_cfg).eval()
+    saved = modeling_cohere.apply_rotary_pos_emb
+    modeling_cohere.apply_rotary_pos_emb = float64_cohere_rope
+    try:
+        return hf_logits(out, model, modeling_cohere, w, tokens,
+                         lambda m: [m.model] + [layer.self_attn for layer in m.model.layers],
+                         g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]), rotary=Float64RotaryInterleaved)
+    finally:
+        modeling_cohere.apply_rotary_pos_emb = saved
+
+
 def common_config_keys(cfg: dict) -> dict:
     """config.json keys every family's config class has, at this checkpoint's values."""
     return {"attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
@@ -447,7 +503,12 @@ def write_checkpoint(out: Path, w: dict, config: dict) -> None:
               metadata={"format": "pt"})
 
 
+ONLY: set[str] = set()  # the families named on the command line; empty: all
+
+
 def gen_family(name: str, seed: int, cfg: dict) -> None:
+    if ONLY and name not in ONLY:
+        return
     out = OUT_DIR / name
     rng = g.Rng(seed)
     tokens = rng.ints(0, cfg["vocab_size"], TOKENS)  # [T]
@@ -455,7 +516,8 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
     ref = decoder_logits(w, cfg, tokens)  # [T, vocab]
     note = "textbook float64 only (class not in the pinned transformers)"
     hf_forward = {"qwen2": hf_qwen2_logits, "phi3": hf_phi3_logits, "gemma2": hf_gemma2_logits,
-                  "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits, "olmoe": hf_olmoe_logits}
+                  "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits, "olmoe": hf_olmoe_logits,
+                  "command-r": hf_cohere_logits}
     hf_config = {"qwen3": qwen3_config, "qwen3moe": qwen3moe_config, "olmo2": olmo2_config}
     if name in hf_forward:
         hf = hf_forward[name](out, w, cfg, tokens)
@@ -469,7 +531,8 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.parse_args(argv)
+    ap.add_argument("families", nargs="*", help="only these (default: every family)")
+    ONLY.update(ap.parse_args(argv).families)
     # Qwen2: q/k/v biases, tied embeddings (as Qwen2.5-0.5B).
     gen_family("qwen2", 11, base_config(qkv_bias=True, tie_word_embeddings=True))
     # Qwen3: QK-norm, head_dim (32) unrelated to hidden_size / heads (16), as Qwen3-0.6B.
@@ -502,6 +565,12 @@ def main(argv: list[str]) -> int:
                                         rms_norm_eps=1e-5, rope_theta=10000.0))
     # OLMo 2: post-norm blocks (norms on the sublayers' outputs only) and OLMoE's QK-norm.
     gen_family("olmo2", 19, base_config(layout="post", qk_norm="whole", rope_theta=500000.0))
+    # Command-R: parallel blocks on one weight-only LayerNorm, interleaved RoPE, tied
+    # embeddings, logits scaled by 0.25 (not Cohere's default 0.0625, so that reading the key
+    # shows); eps 1e-5, Cohere's.
+    gen_family("command-r", 20, base_config(layout="parallel", norm="layer", rope="interleaved",
+                                            tie_word_embeddings=True, logit_scale=0.25, rms_norm_eps=1e-5,
+                                            rope_theta=8000000.0))
     return 0
 
 

@@ -35,6 +35,7 @@
   [] {                                                                                         \
     KernelTable t{.isa = Isa::ns,                                                              \
                   .rms_norm = &ns::rms_norm,                                                   \
+                  .layer_norm = &ns::layer_norm,                                               \
                   .silu_mul = &ns::silu_mul,                                                   \
                   .gelu_mul = &ns::gelu_mul,                                                   \
                   .soft_cap = &ns::soft_cap,                                                   \

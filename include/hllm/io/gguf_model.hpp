@@ -84,6 +84,12 @@ inline std::string gguf_key_of_config_field(const std::string& field) {
   return field;
 }
 
+// The GGUF key (without the architecture prefix) of the norms' epsilon.
+inline const char* gguf_norm_eps_key(NormKind norm) noexcept {
+  return norm == NormKind::rms ? "attention.layer_norm_rms_epsilon"
+                               : "attention.layer_norm_epsilon";
+}
+
 // The family a file declares, or an error naming the ones hllm reads.
 inline const Architecture& gguf_architecture(const gguf::File& f) {
   const std::string arch = f.get_string("general.architecture");
@@ -124,7 +130,8 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
   c.n_heads = f.get_int(key("attention.head_count"));
   c.n_kv_heads = f.get_int_or(key("attention.head_count_kv"), c.n_heads);
   c.context_length = f.get_int(key("context_length"));
-  c.rms_eps = static_cast<float>(f.get_float(key("attention.layer_norm_rms_epsilon")));
+  c.norm = arch.norm;
+  c.rms_eps = static_cast<float>(f.get_float(key(gguf_norm_eps_key(arch.norm))));
   if (f.has(key("attention.key_length"))) {
     c.head_dim = f.get_int(key("attention.key_length"));
     const std::int64_t value_length = f.get_int_or(key("attention.value_length"), c.head_dim);
@@ -172,6 +179,16 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
                   name);
   c.qkv_bias = gguf_layers_have(f, arch.qkv_bias, "attn_q.bias");
   c.qk_norm = arch.qk_norm;
+  // command-r files of Command R+ carry a per-head LayerNorm of q and k (llama.cpp loads it for
+  // 64 layers and more); in other families' files the tensor is a stray one, refused as such.
+  if (arch.norm == NormKind::layer && arch.qk_norm == QkNorm::none &&
+      f.find_tensor("blk.0.attn_q_norm.weight") != nullptr)
+    throw Error(ErrorKind::unsupported,
+                "QK-norm in " + std::string(arch.gguf) +
+                    " files (Command R+'s per-head LayerNorm) is not supported",
+                f.path(), "blk.0.attn_q_norm.weight");
+  if (arch.default_logit_scale > 0.0f)
+    c.logit_scale = static_cast<float>(f.get_float_or(key("logit_scale"), 0.0));
 
   // Vocabulary: the explicit key, else the embedding's row count, else the tokenizer's size.
   if (f.has(key("vocab_size"))) {
@@ -221,8 +238,10 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
   try {
     c.validate();
   } catch (const Error& e) {
+    const std::string field = e.field() == "rms_eps" ? std::string(gguf_norm_eps_key(arch.norm))
+                                                     : gguf_key_of_config_field(e.field());
     throw Error(ErrorKind::format, "inconsistent model metadata: " + e.message(), f.path(),
-                prefix + gguf_key_of_config_field(e.field()));
+                prefix + field);
   }
   // The explicit vocabulary size against the embedding. The token array tells which of the two
   // lies: when it agrees with the key, the embedding's shape check names the tensor; otherwise
@@ -383,6 +402,8 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
     throw Error(ErrorKind::unsupported, "GGUF " + c.architecture + " models cannot hold " + what);
   };
   if (c.layout != arch->layout) refuse(std::string(block_layout_name(c.layout)) + " blocks");
+  if (c.norm != arch->norm) refuse(std::string(norm_kind_name(c.norm)) + " norms");
+  if (c.logit_scale > 0.0f && arch->default_logit_scale == 0.0f) refuse("a logit scale");
   if (c.ffn_activation != arch->activation)
     refuse("the FFN activation " + std::string(gate_activation_name(c.ffn_activation)));
   if (c.scale_embeddings != arch->scale_embeddings) refuse("this config's embedding scaling");
@@ -422,7 +443,8 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
     out.set(p + "attention.key_length", u32(c.head_dim));
     out.set(p + "attention.value_length", u32(c.head_dim));
   }
-  out.set(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  out.set(p + detail::gguf_norm_eps_key(c.norm), c.rms_eps);
+  if (c.logit_scale > 0.0f) out.set(p + "logit_scale", c.logit_scale);
   if (c.sliding_window > 0) out.set(p + "attention.sliding_window", u32(c.sliding_window));
   if (c.attn_softcap > 0.0f) out.set(p + "attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0.0f) out.set(p + "final_logit_softcapping", c.final_softcap);

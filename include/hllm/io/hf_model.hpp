@@ -1,14 +1,14 @@
 #pragma once
 // Hugging Face checkpoints of the families of model/architecture.hpp (Llama, Mistral, Mixtral,
-// Qwen2, Qwen3, their MoE forms, Phi-3, Gemma 2, OLMoE, OLMo 2): config.json + safetensors (one
-// file or shards). load_hf_model() reads the config into a ModelConfig and maps the HF tensor names
-// onto the model's tensors, using the mapped data in place.
+// Qwen2, Qwen3, their MoE forms, Phi-3, Gemma 2, OLMoE, OLMo 2, Cohere's Command-R): config.json +
+// safetensors (one file or shards). load_hf_model() reads the config into a ModelConfig and maps
+// the HF tensor names onto the model's tensors, using the mapped data in place.
 //
-// RoPE layout: HF's attention (every family here) rotates the pairs (i, i + head_dim/2) of each
-// head
-// ("rotate_half"), so its q/k weights are used as they are with RopeLayout::neox. (llama.cpp's
-// converter instead permutes the q/k rows so that the interleaved (2i, 2i+1) rotation gives the
-// same result; tests/test_formats.cpp proves the two agree.) No permutation, no copy.
+// RoPE layout: HF's attention (every family here but Cohere) rotates the pairs (i, i +
+// head_dim/2) of each head ("rotate_half"), so its q/k weights are used as they are with
+// RopeLayout::neox. (llama.cpp's converter instead permutes the q/k rows so that the interleaved
+// (2i, 2i+1) rotation gives the same result; tests/test_formats.cpp proves the two agree.)
+// Cohere's rotates (2i, 2i+1) itself: RopeLayout::interleaved. No permutation, no copy.
 //
 // Norm weights and biases must be f32 for the model; a checkpoint that stores them in f16/bf16
 // has just those small vectors converted into an owned buffer, as do Gemma's norms, stored as w
@@ -195,6 +195,9 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   // OLMo's clip_qkv clamps q, k and v to [-c, c] (llama.cpp's olmoe graph ignores it).
   if (r.has("clip_qkv"))
     r.fail(ErrorKind::unsupported, "clamping q, k and v (clip_qkv) is not supported", "clip_qkv");
+  // Cohere's use_qk_norm (Command R+): a LayerNorm per head with its own weights.
+  if (r.boolean_or("use_qk_norm", false))
+    r.fail(ErrorKind::unsupported, "QK-norm (use_qk_norm) is not supported", "use_qk_norm");
   if (r.boolean_or("mlp_bias", false))
     r.fail(ErrorKind::unsupported, "MLP biases are not supported", "mlp_bias");
   // Qwen2/Qwen3 carry a sliding_window that applies only when use_sliding_window is true (and
@@ -234,7 +237,11 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   c.ffn_dim = r.integer("intermediate_size");
   c.vocab_size = r.integer("vocab_size");
   c.context_length = r.integer("max_position_embeddings");
-  c.rms_eps = static_cast<float>(r.number("rms_norm_eps"));
+  c.norm = arch->norm;
+  c.rms_eps =
+      static_cast<float>(r.number(arch->norm == NormKind::rms ? "rms_norm_eps" : "layer_norm_eps"));
+  if (arch->default_logit_scale > 0.0f)
+    c.logit_scale = static_cast<float>(r.number_or("logit_scale", arch->default_logit_scale));
   c.tied_embeddings = r.boolean_or("tie_word_embeddings", arch->tied);
   if (r.has("head_dim")) {
     c.head_dim = r.integer("head_dim");
@@ -258,8 +265,9 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
       r.fail(ErrorKind::unsupported, "dense layers between expert layers are not supported",
              "mlp_only_layers");
   }
-  // HF's rotate_half pairs (i, i + head_dim/2): the neox layout, weights as stored.
-  c.rope.layout = RopeLayout::neox;
+  // HF's rotate_half pairs (i, i + head_dim/2): the neox layout, weights as stored; Cohere's
+  // pairs (2i, 2i + 1).
+  c.rope.layout = arch->hf_rope;
   c.rope.theta = static_cast<float>(r.number_or("rope_theta", 10000.0));
   if (r.has("partial_rotary_factor") && r.number("partial_rotary_factor") != 1.0)
     r.fail(ErrorKind::unsupported, "partial rotary embeddings are not supported",

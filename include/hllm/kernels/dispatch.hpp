@@ -49,6 +49,9 @@ using QuantizeFn = void (*)(const float* x, std::size_t n, BlockQ8Act* out);
 // x, weight, out: [n]
 using RmsNormFn = void (*)(const float* x, const float* weight, std::size_t n, float eps,
                            float* out);
+// x, weight, out: [n]; bias: [n] or nullptr (none)
+using LayerNormFn = void (*)(const float* x, const float* weight, const float* bias, std::size_t n,
+                             float eps, float* out);
 // RoPE in place: x: [n_heads][head_dim], the first rot_dims of each head rotated by the
 // angles' cos, sin: [rot_dims/2] (see reference::rope).
 using RopeFn = void (*)(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t rot_dims,
@@ -128,6 +131,7 @@ constexpr std::size_t layout_index(DType type) noexcept {
 struct KernelTable {
   Isa isa = Isa::scalar;
   RmsNormFn rms_norm = nullptr;
+  LayerNormFn layer_norm = nullptr;
   GateActivationFn silu_mul = nullptr;
   GateActivationFn gelu_mul = nullptr;  // GeGLU, GELU's tanh approximation
   SoftCapFn soft_cap = nullptr;

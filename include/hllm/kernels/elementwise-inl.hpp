@@ -24,6 +24,38 @@ inline void rms_norm(const float* x, const float* weight, std::size_t n, float e
              n - i);
 }
 
+// out[i] = (x[i] − mean) / sqrt(var + eps) · weight[i] + bias[i], mean and var (biased) over
+// the n values; no bias term when bias is nullptr (Command-R's norm has none, Falcon's has one).
+// The deviations are summed in a second pass, as the reference twin and PyTorch do, rather than
+// as E[x²] − mean², which cancels.   x, weight, bias, out: [n]
+inline void layer_norm(const float* x, const float* weight, const float* bias, std::size_t n,
+                       float eps, float* out) {
+  using V = VecF32;
+  const std::size_t whole = n / V::lanes * V::lanes;  // the tails run scalar: a zero-filled lane
+                                                      // would add mean² to the deviations
+  typename V::Reg acc = V::zero();
+  for (std::size_t i = 0; i < whole; i += V::lanes) acc = V::add(acc, V::load(x + i));
+  float sum = V::sum(acc);
+  for (std::size_t i = whole; i < n; ++i) sum += x[i];
+  const float mean = sum / static_cast<float>(n);
+  const typename V::Reg m = V::set1(mean);
+  acc = V::zero();
+  for (std::size_t i = 0; i < whole; i += V::lanes) {
+    const typename V::Reg d = V::sub(V::load(x + i), m);
+    acc = V::fma(d, d, acc);
+  }
+  float squares = V::sum(acc);
+  for (std::size_t i = whole; i < n; ++i) squares += (x[i] - mean) * (x[i] - mean);
+  const float inv_std = 1.0f / std::sqrt(squares / static_cast<float>(n) + eps);
+  const typename V::Reg scale = V::set1(inv_std);
+  for (std::size_t i = 0; i < whole; i += V::lanes) {
+    const typename V::Reg y = V::mul(V::mul(V::sub(V::load(x + i), m), scale), V::load(weight + i));
+    V::store(out + i, bias != nullptr ? V::add(y, V::load(bias + i)) : y);
+  }
+  for (std::size_t i = whole; i < n; ++i)
+    out[i] = (x[i] - mean) * inv_std * weight[i] + (bias != nullptr ? bias[i] : 0.0f);
+}
+
 // silu(g)·u = g / (1 + e^-g) · u, lane by lane. (A function, not a lambda: target regions
 // apply to functions, and a vector returned from code outside one changes the ABI.)
 inline VecF32::Reg silu_times(VecF32::Reg g, VecF32::Reg u) {

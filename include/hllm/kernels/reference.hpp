@@ -222,6 +222,20 @@ inline void rms_norm(const float* x, const float* weight, std::size_t n, float e
   for (std::size_t i = 0; i < n; ++i) out[i] = x[i] * inv_rms * weight[i];
 }
 
+// out[i] = (x[i] − mean) / sqrt(var + eps) · weight[i] + bias[i] (LayerNorm, Ba et al. 2016;
+// no bias term when bias is nullptr), mean and biased var over the n values, in double.
+inline void layer_norm(const float* x, const float* weight, const float* bias, std::size_t n,
+                       float eps, float* out) {
+  double sum = 0.0, squares = 0.0;
+  for (std::size_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  for (std::size_t i = 0; i < n; ++i) squares += (x[i] - mean) * (x[i] - mean);
+  const double inv_std = 1.0 / std::sqrt(squares / static_cast<double>(n) + eps);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = static_cast<float>((x[i] - mean) * inv_std * weight[i] +
+                                (bias != nullptr ? bias[i] : 0.0f));
+}
+
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g).   gate, up, out: [n]
 inline void silu_mul(const float* gate, const float* up, std::size_t n, float* out) {
   for (std::size_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];

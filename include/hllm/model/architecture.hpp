@@ -24,14 +24,23 @@ enum class Presence {
 };
 
 struct Architecture {
-  const char* gguf;                     // general.architecture, and the metadata key prefix
-  std::array<const char*, 3> hf;        // config.json "architectures" names (nullptr: none)
-  RopeLayout gguf_rope;                 // rows of q/k in GGUF files (llama.cpp's rope type)
+  const char* gguf;               // general.architecture, and the metadata key prefix
+  std::array<const char*, 3> hf;  // config.json "architectures" names (nullptr: none)
+  RopeLayout gguf_rope;           // rows of q/k in GGUF files (llama.cpp's rope type)
+  // Rows of q/k in Hugging Face checkpoints: half-split (rotate_half) in most classes,
+  // interleaved pairs in Cohere's.
+  RopeLayout hf_rope = RopeLayout::neox;
   Presence qkv_bias = Presence::never;  // biases on the q, k and v projections
   QkNorm qk_norm = QkNorm::none;        // RMSNorm of q and k before RoPE
   bool fused_projections = false;       // files hold q|k|v and gate|up as one matrix each
   bool gguf_sliding_window = true;      // attention.sliding_window of its GGUF files is honoured
   BlockLayout layout = BlockLayout::pre_norm;
+  // LayerNorm families read the epsilon from attention.layer_norm_epsilon (GGUF) and
+  // layer_norm_eps (config.json) rather than the RMS keys.
+  NormKind norm = NormKind::rms;
+  // > 0: the family scales its logits by the files' logit_scale, this when a config.json has
+  // none (Cohere's class default; GGUF files without the key get none, as in llama.cpp).
+  float default_logit_scale = 0.0f;
   // Gemma's variants: GeGLU, the embedding scaled by sqrt(dim), soft-capped attention scores
   // and logits (as the files' metadata says), windows on some layers only.
   GateActivation activation = GateActivation::silu;
@@ -73,7 +82,10 @@ struct Architecture {
 // renormalizes whatever the file says). olmoe: QK-norm over the whole q and k projections,
 // experts not renormalized (llama.cpp's olmoe graph). olmo2: post-norm blocks (a norm on each
 // sublayer's output, none on its input) with OLMoE's QK-norm; its files' array-valued window
-// pattern (OLMo 3's) is refused by the reader.
+// pattern (OLMo 3's) is refused by the reader. command-r: parallel blocks (attention and FFN
+// both read one LayerNorm of the residual, without bias), interleaved RoPE rows in Hugging
+// Face's Cohere checkpoints as in GGUF (llama.cpp's converter permutes nothing), tied
+// embeddings, logits scaled by logit_scale (llama.cpp's command-r graph).
 inline constexpr Architecture kArchitectures[] = {
     {.gguf = "llama",
      .hf = {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"},
@@ -115,6 +127,14 @@ inline constexpr Architecture kArchitectures[] = {
      .gguf_rope = RopeLayout::neox,
      .fused_projections = true,
      .gguf_sliding_window = false},
+    {.gguf = "command-r",
+     .hf = {"CohereForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::interleaved,
+     .hf_rope = RopeLayout::interleaved,
+     .layout = BlockLayout::parallel,
+     .norm = NormKind::layer,
+     .default_logit_scale = 0.0625f,
+     .tied = true},
     {.gguf = "gemma2",
      .hf = {"Gemma2ForCausalLM", nullptr},
      .gguf_rope = RopeLayout::neox,

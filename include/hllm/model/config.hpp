@@ -11,6 +11,7 @@
 
 #include "hllm/core/error.hpp"
 #include "hllm/kernels/activation.hpp"
+#include "hllm/nn/norm.hpp"
 #include "hllm/nn/rope.hpp"
 
 namespace hllm {
@@ -20,6 +21,7 @@ enum class BlockLayout : std::uint8_t {
   pre_norm,   // h = x + Attn(N(x)), out = h + FFN(N(h)) (Llama)
   sandwich,   // h = x + N(Attn(N(x))), out = h + N(FFN(N(h))) (Gemma 2)
   post_norm,  // h = x + N(Attn(x)), out = h + N(FFN(h)) (OLMo 2)
+  parallel,   // out = x + Attn(N(x)) + FFN(N(x)), one norm (Command-R, Falcon)
 };
 
 // RMSNorm of the queries and keys before RoPE.
@@ -34,6 +36,7 @@ inline const char* block_layout_name(BlockLayout l) noexcept {
     case BlockLayout::pre_norm: return "pre-norm";
     case BlockLayout::sandwich: return "sandwich norms";
     case BlockLayout::post_norm: return "post-norm";
+    case BlockLayout::parallel: return "parallel";
   }
   return "?";
 }
@@ -50,7 +53,8 @@ struct ModelConfig {
   std::int64_t head_dim = 0;        // 0: dim / n_heads
   std::int64_t ffn_dim = 0;         // hidden width of the gated FFN
   std::int64_t context_length = 0;  // the longest sequence the model was trained for
-  float rms_eps = 1e-5f;
+  float rms_eps = 1e-5f;            // the epsilon of every norm, RMSNorm's or LayerNorm's
+  NormKind norm = NormKind::rms;
   RopeConfig rope;
   std::int64_t sliding_window = 0;  // 0: none (Mistral 7B v0.1: 4096)
   // Which layers the window applies to: 0: every layer; n: layer l when l % n < n - 1, the
@@ -65,6 +69,7 @@ struct ModelConfig {
   float attention_scale = 0.0f;  // score = q·k · attention_scale; 0: 1/sqrt(head_dim)
   float attn_softcap = 0.0f;     // score → cap·tanh(score/cap) (Gemma 2: 50); 0: none
   float final_softcap = 0.0f;    // the same on the logits (Gemma 2: 30); 0: none
+  float logit_scale = 0.0f;      // logits times this (Command-R: 0.0625); 0: none
   // Mixture of experts (Mixtral, Qwen2-MoE): n_experts > 0 replaces every layer's FFN by
   // n_experts gated FFNs of expert_ffn_dim, of which a router (softmax over the experts' logits)
   // picks the n_experts_used best per token; the output is their sum weighted by those
@@ -149,7 +154,8 @@ struct ModelConfig {
     }
     for (auto [value, field] : {std::pair{attention_scale, "attention_scale"},
                                 {attn_softcap, "attn_softcap"},
-                                {final_softcap, "final_softcap"}})
+                                {final_softcap, "final_softcap"},
+                                {logit_scale, "logit_scale"}})
       if (!(value >= 0.0f) || !std::isfinite(value))
         throw Error(ErrorKind::invalid_argument,
                     "model config: " + std::string(field) + " = " + std::to_string(value) +

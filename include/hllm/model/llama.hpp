@@ -1,8 +1,9 @@
 #pragma once
 // Llama<Spec>: token embedding (times sqrt(dim) where the config says: Gemma) → LlamaBlocks →
-// final RMSNorm → output projection (its own matrix or the embedding, tied) → logits, soft-capped
-// where the config says (Gemma 2). The model is immutable after construction and holds only
-// read-only weights, so any number of Sessions (model/session.hpp), on any threads, can share it.
+// final norm (RMSNorm, or LayerNorm: Command-R) → output projection (its own matrix or the
+// embedding, tied) → logits, scaled (Command-R) and soft-capped (Gemma 2) where the config says.
+// The model is immutable after construction and holds only read-only weights, so any number of
+// Sessions (model/session.hpp), on any threads, can share it.
 
 #include <cmath>
 #include <cstddef>
@@ -22,7 +23,7 @@
 #include "hllm/model/weights.hpp"
 #include "hllm/nn/kv_cache.hpp"
 #include "hllm/nn/kv_chunk.hpp"
-#include "hllm/nn/rms_norm.hpp"
+#include "hllm/nn/norm.hpp"
 #include "hllm/nn/rope.hpp"
 
 namespace hllm {
@@ -51,7 +52,7 @@ class Llama {
       : config_((config.validate(), Spec::check(config), std::move(config))),
         weights_((validate_weights(config_, weights), std::move(weights))),
         rope_(config_.rope, config_.resolved_head_dim()),
-        final_norm_(config_.rms_eps) {
+        final_norm_(config_.norm, config_.rms_eps) {
     blocks_.reserve(weights_.layers.size());
     for (std::size_t l = 0; l < weights_.layers.size(); ++l)
       blocks_.emplace_back(config_, weights_.layers[l], l);
@@ -126,7 +127,8 @@ class Llama {
     float* normed = scratch.block.normed.data();
     final_norm_.forward(
         matrix_view<const float>(scratch.residual.data() + first * dim, n_rows, dim),
-        weights_.output_norm.as<float>(), matrix_view(normed, n_rows, dim), compute.kernels());
+        weights_.output_norm.as<float>(), nullptr, matrix_view(normed, n_rows, dim),
+        compute.kernels());
     // The logits are what users compare. An output matrix of at most 6-bit weights (Q6_K in
     // Q4_0/Q4_K_M/Q6_K files, as llama.cpp writes them) runs on the 8-bit-activation kernels,
     // like every other projection: its own rounding is coarser than the activations', so the
@@ -137,6 +139,8 @@ class Llama {
       compute.matmul(output_weight(), normed, n_rows, logits);
     else
       compute.matmul_exact(output_weight(), normed, n_rows, logits);
+    if (config_.logit_scale > 0.0f)
+      for (std::size_t i = 0; i < n_rows * vocab_size(); ++i) logits[i] *= config_.logit_scale;
     if (config_.final_softcap > 0.0f)
       compute.kernels().soft_cap(logits, n_rows * vocab_size(), config_.final_softcap);
   }
@@ -145,7 +149,7 @@ class Llama {
   ModelConfig config_;
   ModelWeights weights_;
   Rope rope_;
-  RMSNorm final_norm_;
+  Norm final_norm_;
   std::vector<LlamaBlock<Spec>> blocks_;
 };
 

@@ -27,7 +27,7 @@
 #include "hllm/nn/gated_ffn.hpp"
 #include "hllm/nn/kv_rotation.hpp"
 #include "hllm/nn/moe.hpp"
-#include "hllm/nn/rms_norm.hpp"
+#include "hllm/nn/norm.hpp"
 #include "hllm/nn/rope.hpp"
 
 namespace hllm {
@@ -81,7 +81,7 @@ class LlamaBlock {
         layout_(config.layout),
         activation_(config.ffn_activation),
         routing_(BlockScratch::expert_routing(config)),
-        norm_(config.rms_eps),
+        norm_(config.norm, config.rms_eps),
         attention_(
             {static_cast<std::size_t>(config.n_heads), static_cast<std::size_t>(config.n_kv_heads),
              static_cast<std::size_t>(config.resolved_head_dim()),
@@ -117,7 +117,7 @@ class LlamaBlock {
     const float* sublayer_in = post_norm ? x : s.normed.data();  // [n_tokens][dim]
     if (!post_norm)
       norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.attn_norm.as<float>(),
-                    matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
+                    nullptr, matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
     const Compute::Product qkv[] = {
         {&weights_.wq, s.q.data()}, {&weights_.wk, s.k.data()}, {&weights_.wv, s.v.data()}};
     compute.matmul_fused(qkv, sublayer_in, n_tokens);
@@ -166,14 +166,16 @@ class LlamaBlock {
     if (rotation.active())  // the output of rotated values, turned back (H is its own inverse)
       hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
-    const bool output_norms = layout_ != BlockLayout::pre_norm;
+    const bool output_norms = layout_ == BlockLayout::sandwich || layout_ == BlockLayout::post_norm;
     if (output_norms)
       normalize_in_place(compute, s.projected.data(), n_tokens, dim, weights_.post_attn_norm);
     add_into(x, s.projected.data(), n_tokens * dim);
 
-    if (!post_norm)
+    // A parallel block's FFN reads the norm attention read, still in s.normed (x before
+    // attention's output joined it).
+    if (!post_norm && layout_ != BlockLayout::parallel)
       norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm.as<float>(),
-                    matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
+                    nullptr, matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
     if (routing_.n_experts > 0) {
       const bool shared = !weights_.shared_expert.gate.empty();
       const MoeWeights moe{&weights_.router, &weights_.experts,
@@ -197,7 +199,7 @@ class LlamaBlock {
   // y: [rows][cols], each row RMS-normed with `weight` ([cols]) in place.
   void normalize_in_place(const Compute& compute, float* y, std::size_t rows, std::size_t cols,
                           const WeightTensor& weight) const {
-    norm_.forward(matrix_view<const float>(y, rows, cols), weight.as<float>(),
+    norm_.forward(matrix_view<const float>(y, rows, cols), weight.as<float>(), nullptr,
                   matrix_view(y, rows, cols), compute.kernels());
   }
 
@@ -211,7 +213,7 @@ class LlamaBlock {
   BlockLayout layout_;
   GateActivation activation_;
   ExpertRouting routing_;
-  RMSNorm norm_;
+  Norm norm_;
   Attention attention_;
 };
 

@@ -191,8 +191,10 @@ inline ModelConfig without_variants(ModelConfig c) {
   c.qkv_bias = false;
   c.qk_norm = QkNorm::none;
   c.layout = BlockLayout::pre_norm;
+  c.norm = NormKind::rms;
   c.ffn_activation = GateActivation::silu;
   c.scale_embeddings = false;
+  c.logit_scale = 0.0f;
   c.attention_scale = 0.0f;
   c.attn_softcap = 0.0f;
   c.final_softcap = 0.0f;

@@ -41,7 +41,7 @@ struct LayerWeights {
   WeightTensor k_norm;          // [1][head_dim] or [1][kv_dim], f32; empty without QK-norm
   WeightTensor wo;              // [dim][n_heads*head_dim]
   WeightTensor post_attn_norm;  // [1][dim], f32; with sandwich and post-norm layouts
-  WeightTensor ffn_norm;        // [1][dim], f32; empty in a post-norm block
+  WeightTensor ffn_norm;        // [1][dim], f32; empty in a post-norm or parallel block
   FeedForwardWeights ffn;       // gate, up: [ffn_dim][dim]; down: [dim][ffn_dim]; empty in
                                 // a mixture-of-experts layer
   WeightTensor post_ffn_norm;   // [1][dim], f32; with sandwich and post-norm layouts
@@ -213,7 +213,7 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
     if (!post_norm)
       t.push_back({"ffn_norm.weight", "pre_feedforward_layernorm.weight", R::norm, 1, dim,
                    [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
-  } else {
+  } else if (c.layout != BlockLayout::parallel) {  // parallel blocks share the input norm
     t.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
   }
