@@ -75,13 +75,19 @@ void expect_family(const hllm::ModelConfig& c, const Family& f) {
   } else if (f.arch() != "llama") {
     EXPECT_EQ(c.rope.layout, hllm::RopeLayout::neox);
   }
-  if (f.parallel()) {  // Command-R's goldens: LayerNorm, the checkpoint's logit scale
-    EXPECT_EQ(c.norm, hllm::NormKind::layer);
-    EXPECT_EQ(c.logit_scale, 0.25f);
+  // The parallel families' goldens: LayerNorm (Falcon's with a bias and a plain GELU MLP, one
+  // KV head), Command-R's logit scale.
+  EXPECT_EQ(c.norm, f.parallel() ? hllm::NormKind::layer : hllm::NormKind::rms);
+  if (f.parallel()) {
     EXPECT_EQ(c.rms_eps, 1e-5f);
-  } else {
-    EXPECT_EQ(c.norm, hllm::NormKind::rms);
-    EXPECT_EQ(c.logit_scale, 0.0f);
+  }
+  EXPECT_EQ(c.logit_scale, f.arch() == "command-r" ? 0.25f : 0.0f);
+  const bool falcon = f.arch() == "falcon";
+  EXPECT_EQ(c.norm_bias, falcon);
+  EXPECT_EQ(c.gated_ffn, !falcon);
+  if (falcon) {
+    EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu);
+    EXPECT_EQ(c.n_kv_heads, 1);
   }
   if (f.sandwich()) {  // Gemma 2's goldens: every variant of the family, at the checkpoint's values
     EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu_tanh);
@@ -136,7 +142,10 @@ TEST_P(FamilyCheckpoint, GgufConversionLogitsMatchTheReference) {
   EXPECT_EQ(file.find_tensor("blk.1.ffn_norm.weight") == nullptr,
             f.layout == hllm::BlockLayout::post_norm || f.parallel());
   EXPECT_EQ(file.has(f.arch() + ".attention.layer_norm_epsilon"), f.parallel());
-  EXPECT_EQ(file.has(f.arch() + ".logit_scale"), f.parallel());
+  EXPECT_EQ(file.has(f.arch() + ".logit_scale"), f.arch() == "command-r");
+  EXPECT_EQ(file.find_tensor("blk.1.attn_norm.bias") != nullptr, f.arch() == "falcon");
+  EXPECT_EQ(file.find_tensor("output_norm.bias") != nullptr, f.arch() == "falcon");
+  EXPECT_EQ(file.find_tensor("blk.1.ffn_up.weight") != nullptr, f.experts == 0);
 
   hllm::GgufModel gguf = hllm::load_gguf_model(tmp / "model.gguf");
   expect_family(gguf.config, f);
@@ -188,7 +197,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Family{"olmoe", false, false, false, hllm::QkNorm::whole, {}, 4},
                       Family{"olmo2", false, false, false, hllm::QkNorm::whole,
                              hllm::BlockLayout::post_norm},
-                      Family{"command-r", false, true, false, {}, hllm::BlockLayout::parallel}),
+                      Family{"command-r", false, true, false, {}, hllm::BlockLayout::parallel},
+                      Family{"falcon", false, true, true, {}, hllm::BlockLayout::parallel}),
     [](const auto& p) {  // test names take no '-': command_r
       std::string name = p.param.name;
       std::replace(name.begin(), name.end(), '-', '_');
@@ -386,6 +396,57 @@ TEST(FamilyGguf, CommandRDefaultsAndRefusals) {
   scaled.logit_scale = 0.5f;
   EXPECT_TRUE(refused(layer_norm, qwen2.weights));
   EXPECT_TRUE(refused(scaled, qwen2.weights));
+}
+
+// Falcon: what FalconForCausalLM reads beyond Falcon-7B's form is refused by its key (ALiBi,
+// Falcon-40B's decoder, per-head q|k|v, sequential blocks, biases, another activation), and
+// in files by Falcon-40B's second norm; its LayerNorm's bias is required like any tensor.
+TEST(FamilyHf, FalconFlagsBeyondSevenBAreRefusedByName) {
+  const auto config = [] {
+    return nlohmann::json::parse(
+        hllm::io::read_text_file(kFamilies + "falcon/config.json", "config.json"));
+  };
+  const hllm::ModelConfig c = hllm::hf_model_config(config(), "config.json");
+  EXPECT_EQ(c.ffn_dim, 256);
+  for (const auto& [key, value] : {std::pair<const char*, nlohmann::json>{"alibi", true},
+                                   {"new_decoder_architecture", true},
+                                   {"multi_query", false},
+                                   {"parallel_attn", false},
+                                   {"bias", true},
+                                   {"apply_residual_connection_post_layernorm", true},
+                                   {"activation", "relu"}}) {
+    nlohmann::json j = config();
+    j[key] = value;
+    const hllm::Error e = catch_error([&] { hllm::hf_model_config(j, "config.json"); });
+    EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported) << key;
+    EXPECT_EQ(e.field(), key);
+  }
+  nlohmann::json defaults = config();  // Falcon-7B's config.json names neither
+  defaults.erase("ffn_hidden_size");
+  defaults.erase("max_position_embeddings");
+  const hllm::ModelConfig d = hllm::hf_model_config(defaults, "config.json");
+  EXPECT_EQ(d.ffn_dim, 4 * d.dim);
+  EXPECT_EQ(d.context_length, 2048);
+}
+
+TEST(FamilyGguf, FalconSecondNormIsRefusedAndItsBiasRequired) {
+  const hllm::HfModel hf = hllm::load_hf_model(kFamilies + "falcon");
+  hllm::test::TempDir tmp;
+  {
+    hllm::gguf::Writer out = hllm::gguf_model_writer(hf.config, hf.weights);
+    out.add_tensor("blk.0.attn_norm_2.weight", hllm::DType::f32, {64},
+                   std::vector<std::byte>(64 * sizeof(float)));
+    out.write(tmp / "norm2.gguf");
+    const hllm::Error e = catch_error([&] { hllm::load_gguf_model(tmp / "norm2.gguf"); });
+    EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
+    EXPECT_EQ(e.field(), "blk.0.attn_norm_2.weight");
+  }
+  hllm::gguf::Writer out = hllm::gguf_model_writer(hf.config, hf.weights);
+  EXPECT_TRUE(out.remove_tensor("blk.1.attn_norm.bias"));
+  out.write(tmp / "no_bias.gguf");
+  const hllm::Error e = catch_error([&] { hllm::load_gguf_model(tmp / "no_bias.gguf"); });
+  EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
+  EXPECT_EQ(e.field(), "blk.1.attn_norm.bias");
 }
 
 // Which layers a window applies to: all (pattern 0), every layer but the last of each group of

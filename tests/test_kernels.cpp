@@ -195,6 +195,30 @@ TEST_P(KernelIsa, GeluMulMatchesReference) {
   EXPECT_NEAR(out[3], 0.0f, 1e-30f);
 }
 
+// The exact GELU against std::erf in double: the kernel's erf (Abramowitz and Stegun 7.1.26) is
+// within 1.5e-7 of erf, which moves gelu(x) = x/2·(1 + erf) by at most |x|·0.75e-7, plus float
+// rounding of x − h: a bound of 2.5e-7·|x| + 4 ulp of the result. Inputs over ±8 with a ragged
+// tail, and the saturating ends.
+TEST_P(KernelIsa, GeluMatchesReference) {
+  const auto& table = hllm::kernels::table_for(GetParam());
+  std::vector<float> x = hllm::test::random_vector(1001, 8);
+  for (float& v : x) v *= 8.0f;
+  x[0] = -100.0f, x[1] = 100.0f, x[2] = 0.0f, x[3] = -5.0f, x[4] = 5.0f, x[5] = 1.0f;
+  std::vector<float> expected = x, actual = x;
+  hllm::reference::gelu(expected.data(), expected.size());
+  table.gelu(actual.data(), actual.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(actual[i], expected[i],
+                2.5e-7 * std::fabs(x[i]) + std::fabs(expected[i]) * std::ldexp(1.0, -21) + 1e-37)
+        << "x " << x[i];
+  // Against the definition: gelu(0) = 0, gelu(1) = Φ(1) = 0.841345 (not the tanh form's
+  // 0.841192), gelu(100) = 100, gelu(-100) = -0.
+  EXPECT_EQ(actual[2], 0.0f);
+  EXPECT_NEAR(actual[5], 0.8413447f, 3e-7f);
+  EXPECT_EQ(actual[1], 100.0f);
+  EXPECT_NEAR(actual[0], 0.0f, 1e-30f);
+}
+
 // Soft-capping: cap·tanh(x/cap) against std::tanh. The vector tanh is Cephes' (~2 ulp: its
 // polynomial near 0, its exp beyond), then a division and a product: 8 ulp of relative slack.
 // Both ends saturate at ±cap exactly; a ragged tail.

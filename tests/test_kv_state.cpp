@@ -164,6 +164,13 @@ TEST(KVStateIdentity, FingerprintFollowsWhatShapesKeysAndValues) {
       {"qk_norm whole", [](hllm::ModelConfig& c) { c.qk_norm = hllm::QkNorm::whole; }},
       {"sandwich", [](hllm::ModelConfig& c) { c.layout = hllm::BlockLayout::sandwich; }},
       {"post_norm", [](hllm::ModelConfig& c) { c.layout = hllm::BlockLayout::post_norm; }},
+      {"parallel", [](hllm::ModelConfig& c) { c.layout = hllm::BlockLayout::parallel; }},
+      {"norm", [](hllm::ModelConfig& c) { c.norm = hllm::NormKind::layer; }},
+      {"gated_ffn",
+       [](hllm::ModelConfig& c) {
+         c.gated_ffn = false;
+         c.ffn_activation = hllm::GateActivation::gelu;
+       }},
       {"ffn_activation",
        [](hllm::ModelConfig& c) { c.ffn_activation = hllm::GateActivation::gelu_tanh; }},
       {"scale_embeddings", [](hllm::ModelConfig& c) { c.scale_embeddings = true; }},
@@ -181,6 +188,11 @@ TEST(KVStateIdentity, FingerprintFollowsWhatShapesKeysAndValues) {
     edit(c);
     EXPECT_NE(hllm::model_fingerprint(c), fp) << field;
   }
+  hllm::ModelConfig layer_norm = base;  // a LayerNorm's bias, against the same norm without
+  layer_norm.norm = hllm::NormKind::layer;
+  hllm::ModelConfig with_bias = layer_norm;
+  with_bias.norm_bias = true;
+  EXPECT_NE(hllm::model_fingerprint(with_bias), hllm::model_fingerprint(layer_norm));
   const std::pair<const char*, Edit> same[] = {
       {"name", [](hllm::ModelConfig& c) { c.name = "other"; }},
       {"context_length", [](hllm::ModelConfig& c) { c.context_length = 4096; }},
@@ -188,6 +200,7 @@ TEST(KVStateIdentity, FingerprintFollowsWhatShapesKeysAndValues) {
       {"head_dim = dim / n_heads", [](hllm::ModelConfig& c) { c.head_dim = 32; }},
       {"rot_dims = head_dim", [](hllm::ModelConfig& c) { c.rope.rot_dims = 32; }},
       {"final_softcap", [](hllm::ModelConfig& c) { c.final_softcap = 30.0f; }},
+      {"logit_scale", [](hllm::ModelConfig& c) { c.logit_scale = 0.0625f; }},
   };
   for (const auto& [field, edit] : same) {
     hllm::ModelConfig c = base;

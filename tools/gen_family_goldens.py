@@ -37,8 +37,15 @@ Independent references
       parallel block, `residual + self_attn(n) + mlp(n)` with n = input_layernorm(x), a
       CohereLayerNorm (mean-centred, weight only, layer_norm_eps); rotate_half on the pairs
       (2i, 2i + 1) (`x[..., ::2]`, `x[..., 1::2]`, cos/sin repeat_interleave'd); tied
-      embeddings; `logits * self.logit_scale`.
-* Where the pinned transformers has the class (Qwen2, Phi3, Gemma2, Mixtral, Qwen2Moe, Olmoe, Cohere), its eager
+      embeddings; `logits * self.logit_scale`;
+    - falcon: transformers' models/falcon/modeling_falcon.py (4.46.3), Falcon-7B's form
+      (multi_query, parallel_attn, new_decoder_architecture False, bias False):
+      FalconDecoderLayer's `mlp_output += attention_output; output = mlp_output + residual`,
+      both sublayers reading input_layernorm, an nn.LayerNorm with weight and bias; one KV head;
+      q|k|v fused in query_key_value ([q heads | k | v] rows, `_split_heads`); FalconMLP's
+      dense_4h_to_h(GELU()(dense_h_to_4h(x))), PyTorch's exact (erf) GELU; half-split RoPE.
+* Where the pinned transformers has the class (Qwen2, Phi3, Gemma2, Mixtral, Qwen2Moe, Olmoe, Cohere,
+  Falcon), its eager
   float64 forward,
   with the float32 casts inside kept in float64 as gen_goldens.py does for Llama, must agree
   with the textbook logits within 1e-9; the checkpoint is written by its save_pretrained.
@@ -61,11 +68,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_goldens as g  # noqa: E402  (helpers: Rng, rmsnorm, apply_rope, attention, ...)
 
 from safetensors.torch import save_file  # noqa: E402
-from transformers import (CohereConfig, CohereForCausalLM, Gemma2Config, Gemma2ForCausalLM,  # noqa: E402
-                          MixtralConfig, MixtralForCausalLM,
+from transformers import (CohereConfig, CohereForCausalLM, FalconConfig, FalconForCausalLM,  # noqa: E402
+                          Gemma2Config, Gemma2ForCausalLM, MixtralConfig, MixtralForCausalLM,
                           OlmoeConfig, OlmoeForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM)
 from transformers.models.cohere import modeling_cohere  # noqa: E402
+from transformers.models.falcon import modeling_falcon  # noqa: E402
 from transformers.models.gemma2 import modeling_gemma2  # noqa: E402
 from transformers.models.mixtral import modeling_mixtral  # noqa: E402
 from transformers.models.olmoe import modeling_olmoe  # noqa: E402
@@ -94,6 +102,8 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
         p = f"model.layers.{l}."
         if layout != "post":  # post-norm (OLMo 2): no norm on the sublayers' inputs
             w[p + "input_layernorm.weight"] = norm_weight(dim)  # [dim]
+            if cfg["norm_bias"]:  # Falcon's LayerNorm
+                w[p + "input_layernorm.bias"] = rng.normal(dim, std=0.1)  # [dim]
         for name, rows in (("q", q), ("k", kv), ("v", kv)):
             w[p + f"self_attn.{name}_proj.weight"] = rng.linear(rows, dim)  # [rows, dim]
             if cfg["qkv_bias"]:
@@ -113,12 +123,15 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
         if cfg["n_experts"]:
             w.update(random_experts(rng, cfg, p))
         else:
-            w[p + "mlp.gate_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
+            if cfg["gated"]:  # else a plain MLP (Falcon)
+                w[p + "mlp.gate_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
             w[p + "mlp.up_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
             w[p + "mlp.down_proj.weight"] = rng.linear(dim, ffn)  # [dim, ffn]
         if layout in ("sandwich", "post"):
             w[p + "post_feedforward_layernorm.weight"] = norm_weight(dim)  # [dim]
     w["model.norm.weight"] = norm_weight(dim)  # [dim]
+    if cfg["norm_bias"]:
+        w["model.norm.bias"] = rng.normal(dim, std=0.1)  # [dim]
     if not cfg["tie_word_embeddings"]:
         w["lm_head.weight"] = rng.normal(cfg["vocab_size"], dim, std=1.0 / math.sqrt(dim))  # [vocab, dim]
     return w
@@ -186,9 +199,10 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
     pattern, window = cfg["sliding_pattern"], cfg["sliding_window"]
 
     def norm(x: torch.Tensor, name: str) -> torch.Tensor:
-        if cfg["norm"] == "layer":  # Cohere: mean-centred, biased variance, weight only
+        if cfg["norm"] == "layer":  # mean-centred, biased variance; a bias in Falcon's
             c = x - x.mean(-1, keepdim=True)
-            return c * torch.rsqrt(c.pow(2).mean(-1, keepdim=True) + eps) * w[name]
+            y = c * torch.rsqrt(c.pow(2).mean(-1, keepdim=True) + eps) * w[name]
+            return y + w[name[:-len("weight")] + "bias"] if cfg["norm_bias"] else y
         return g.rmsnorm(x, w[name] + cfg["norm_offset"], eps)
 
     def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
@@ -236,6 +250,9 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
             m = norm(h, p + "post_attention_layernorm.weight")  # [T, dim]
         if cfg["n_experts"]:
             f = moe(w, cfg, p, m)  # [T, dim]
+        elif not cfg["gated"]:  # plain MLP with the exact GELU (Falcon)
+            up = m @ w[p + "mlp.up_proj.weight"].T  # [T, ffn]
+            f = (0.5 * up * (1.0 + torch.erf(up / math.sqrt(2.0)))) @ w[p + "mlp.down_proj.weight"].T
         else:
             gate = m @ w[p + "mlp.gate_proj.weight"].T  # [T, ffn]
             up = m @ w[p + "mlp.up_proj.weight"].T  # [T, ffn]
@@ -261,7 +278,7 @@ def base_config(**kw) -> dict:
                attn_softcap=0.0, final_softcap=0.0, query_pre_attn_scalar=None, sliding_window=0,
                sliding_pattern=0, norm_offset=0.0, n_experts=0, n_experts_used=0, expert_ffn=0,
                shared_ffn=0, norm_topk=False, mixtral_names=False, norm="rms", rope="neox",
-               logit_scale=0.0)
+               logit_scale=0.0, norm_bias=False, gated=True)
     cfg.update(kw)
     return cfg
 
@@ -461,6 +478,39 @@ def hf_cohere_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> tor
         modeling_cohere.apply_rotary_pos_emb = saved
 
 
+def hf_falcon_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """FalconForCausalLM (eager, float64) on these weights, Falcon-7B's form, the tensors under
+    Falcon's names with q|k|v fused."""
+    hf_cfg = FalconConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
+                          num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=cfg["num_attention_heads"],
+                          num_kv_heads=cfg["num_key_value_heads"], layer_norm_epsilon=cfg["rms_norm_eps"],
+                          multi_query=True, parallel_attn=True, new_decoder_architecture=False, alibi=False,
+                          bias=False, max_position_embeddings=cfg["max_position_embeddings"],
+                          rope_theta=cfg["rope_theta"], ffn_hidden_size=cfg["intermediate_size"], activation="gelu",
+                          tie_word_embeddings=cfg["tie_word_embeddings"], bos_token_id=1, eos_token_id=2,
+                          attn_implementation="eager", torch_dtype="float32")
+    assert cfg["num_key_value_heads"] == 1 and cfg["tie_word_embeddings"]
+    renames = {"model.embed_tokens.": "transformer.word_embeddings.", "model.norm.": "transformer.ln_f.",
+               "self_attn.o_proj.": "self_attention.dense.", "mlp.up_proj.": "mlp.dense_h_to_4h.",
+               "mlp.down_proj.": "mlp.dense_4h_to_h.", "model.layers.": "transformer.h."}
+    falcon = {}
+    for name, value in w.items():
+        if name.endswith(("k_proj.weight", "v_proj.weight")):
+            continue
+        if name.endswith("q_proj.weight"):
+            p = name[:-len("q_proj.weight")]  # model.layers.N.self_attn.
+            value = torch.cat([w[p + "q_proj.weight"], w[p + "k_proj.weight"], w[p + "v_proj.weight"]])
+            name = p.replace("self_attn.", "self_attention.") + "query_key_value.weight"  # [q+2kv, dim]
+        for ours, theirs in renames.items():
+            name = name.replace(ours, theirs)
+        falcon[name] = value
+    torch.manual_seed(0)
+    model = FalconForCausalLM(hf_cfg).eval()
+    return hf_logits(out, model, modeling_falcon, falcon, tokens,
+                     lambda m: [m.transformer] + [layer.self_attention for layer in m.transformer.h],
+                     g.inv_freq_base(cfg["rope_theta"], cfg["head_dim"]))
+
+
 def common_config_keys(cfg: dict) -> dict:
     """config.json keys every family's config class has, at this checkpoint's values."""
     return {"attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
@@ -517,7 +567,7 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
     note = "textbook float64 only (class not in the pinned transformers)"
     hf_forward = {"qwen2": hf_qwen2_logits, "phi3": hf_phi3_logits, "gemma2": hf_gemma2_logits,
                   "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits, "olmoe": hf_olmoe_logits,
-                  "command-r": hf_cohere_logits}
+                  "command-r": hf_cohere_logits, "falcon": hf_falcon_logits}
     hf_config = {"qwen3": qwen3_config, "qwen3moe": qwen3moe_config, "olmo2": olmo2_config}
     if name in hf_forward:
         hf = hf_forward[name](out, w, cfg, tokens)
@@ -571,6 +621,12 @@ def main(argv: list[str]) -> int:
     gen_family("command-r", 20, base_config(layout="parallel", norm="layer", rope="interleaved",
                                             tie_word_embeddings=True, logit_scale=0.25, rms_norm_eps=1e-5,
                                             rope_theta=8000000.0))
+    # Falcon (7B's form): parallel blocks on a LayerNorm with bias, one KV head with q|k|v fused, a
+    # plain MLP of 4·hidden_size (the width llama.cpp's converter writes) with the exact GELU,
+    # tied embeddings.
+    gen_family("falcon", 21, base_config(layout="parallel", norm="layer", norm_bias=True, gated=False,
+                                         num_key_value_heads=1, intermediate_size=256,
+                                         tie_word_embeddings=True, rms_norm_eps=1e-5, rope_theta=10000.0))
     return 0
 
 

@@ -38,6 +38,7 @@
                   .layer_norm = &ns::layer_norm,                                               \
                   .silu_mul = &ns::silu_mul,                                                   \
                   .gelu_mul = &ns::gelu_mul,                                                   \
+                  .gelu = &ns::gelu,                                                           \
                   .soft_cap = &ns::soft_cap,                                                   \
                   .rope = &ns::rope,                                                           \
                   .quantize_activations = &ns::quantize_activations};                          \

@@ -1,8 +1,9 @@
 #pragma once
 // Models in GGUF files: load_gguf_model() reads the `<arch>.*` metadata of any architecture of
-// model/architecture.hpp (llama, qwen2, qwen3) into a ModelConfig and wraps the tensors as
-// WeightTensors that point into the mapped file (no copies; the gguf::File stays alive through
-// ModelWeights::storage). save_gguf_model() writes the inverse, in the layout llama.cpp reads.
+// model/architecture.hpp (llama, qwen2, gemma2, falcon, ...) into a ModelConfig and wraps the
+// tensors as WeightTensors that point into the mapped file (no copies; the gguf::File stays alive
+// through ModelWeights::storage). save_gguf_model() writes the inverse, in the layout llama.cpp
+// reads.
 
 #include <algorithm>
 #include <cstddef>
@@ -131,6 +132,12 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
   c.n_kv_heads = f.get_int_or(key("attention.head_count_kv"), c.n_heads);
   c.context_length = f.get_int(key("context_length"));
   c.norm = arch.norm;
+  c.norm_bias = arch.norm_bias;
+  c.gated_ffn = arch.gated_ffn;
+  if (f.find_tensor("blk.0.attn_norm_2.weight") != nullptr)  // llama.cpp's falcon graph has it
+    throw Error(ErrorKind::unsupported,
+                "a second norm per parallel block (Falcon-40B's attn_norm_2) is not supported",
+                f.path(), "blk.0.attn_norm_2.weight");
   c.rms_eps = static_cast<float>(f.get_float(key(gguf_norm_eps_key(arch.norm))));
   if (f.has(key("attention.key_length"))) {
     c.head_dim = f.get_int(key("attention.key_length"));
@@ -402,7 +409,10 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
     throw Error(ErrorKind::unsupported, "GGUF " + c.architecture + " models cannot hold " + what);
   };
   if (c.layout != arch->layout) refuse(std::string(block_layout_name(c.layout)) + " blocks");
-  if (c.norm != arch->norm) refuse(std::string(norm_kind_name(c.norm)) + " norms");
+  if (c.norm != arch->norm || c.norm_bias != arch->norm_bias)
+    refuse(std::string(norm_kind_name(c.norm)) + (c.norm_bias ? " norms with" : " norms without") +
+           " bias");
+  if (c.gated_ffn != arch->gated_ffn) refuse(c.gated_ffn ? "a gated FFN" : "a plain MLP");
   if (c.logit_scale > 0.0f && arch->default_logit_scale == 0.0f) refuse("a logit scale");
   if (c.ffn_activation != arch->activation)
     refuse("the FFN activation " + std::string(gate_activation_name(c.ffn_activation)));

@@ -1,6 +1,6 @@
 #pragma once
 // Hugging Face checkpoints of the families of model/architecture.hpp (Llama, Mistral, Mixtral,
-// Qwen2, Qwen3, their MoE forms, Phi-3, Gemma 2, OLMoE, OLMo 2, Cohere's Command-R): config.json +
+// Qwen2, Qwen3, their MoE forms, Phi-3, Gemma 2, OLMoE, OLMo 2, Command-R, Falcon): config.json +
 // safetensors (one file or shards). load_hf_model() reads the config into a ModelConfig and maps
 // the HF tensor names onto the model's tensors, using the mapped data in place.
 //
@@ -157,6 +157,29 @@ inline void hf_rope_scaling(const nlohmann::json& s, const HfConfigReader& r, Mo
 
 }  // namespace detail
 
+namespace detail {
+
+// FalconConfig's switches, as FalconForCausalLM reads them (models/falcon/modeling_falcon.py):
+// the Falcon-7B form loads (rotary, parallel attention on one LayerNorm, fused q|k|v with one
+// KV head, no biases on the projections); the others are refused by key.
+inline void hf_falcon_flags(const HfConfigReader& r, ModelConfig& c) {
+  const auto refuse_if = [&](const char* key, bool fallback, bool refused, const char* what) {
+    if (r.boolean_or(key, fallback) == refused)
+      r.fail(ErrorKind::unsupported, std::string(what) + " is not supported", key);
+  };
+  refuse_if("alibi", false, true, "ALiBi (Falcon-RW)");
+  refuse_if("new_decoder_architecture", false, true,
+            "Falcon-40B's decoder (grouped q|k|v, two norms per block)");
+  refuse_if("multi_query", true, false, "q|k|v interleaved per head (multi_query false)");
+  refuse_if("parallel_attn", true, false, "sequential attention and MLP (parallel_attn false)");
+  refuse_if("bias", false, true, "projection biases");
+  refuse_if("apply_residual_connection_post_layernorm", false, true,
+            "a residual from the normed input");
+  c.n_kv_heads = 1;  // multi_query
+}
+
+}  // namespace detail
+
 // A ModelConfig from a parsed config.json (`path` names it in errors).
 inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& path) {
   const detail::HfConfigReader r(j, path);
@@ -177,7 +200,11 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
            "architectures");
   // SiLU families name their activation hidden_act; Gemma's classes read hidden_activation
   // (GELU's tanh approximation, which transformers also calls gelu_new).
-  if (arch->activation == GateActivation::silu) {
+  if (arch->hf_falcon_flags) {  // FalconConfig's activation (nn.GELU() when "gelu")
+    if (j.contains("activation") && j.at("activation") != "gelu")
+      r.fail(ErrorKind::unsupported, "activation " + j.at("activation").dump() + " (only gelu)",
+             "activation");
+  } else if (arch->activation == GateActivation::silu) {
     if (j.contains("hidden_act") && j.at("hidden_act") != "silu")
       r.fail(ErrorKind::unsupported, "activation " + j.at("hidden_act").dump() + " (only silu)",
              "hidden_act");
@@ -233,16 +260,21 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   c.dim = r.integer("hidden_size");
   c.n_layers = r.integer("num_hidden_layers");
   c.n_heads = r.integer("num_attention_heads");
-  c.n_kv_heads = r.integer_or("num_key_value_heads", c.n_heads);
-  c.ffn_dim = r.integer("intermediate_size");
+  c.n_kv_heads = r.integer_or(arch->hf_key("num_key_value_heads"), c.n_heads);
+  // FalconConfig's defaults, which Falcon-7B's config.json relies on: 4·hidden_size, 2048.
+  c.ffn_dim = arch->hf_falcon_flags ? r.integer_or(arch->hf_key("intermediate_size"), 4 * c.dim)
+                                    : r.integer(arch->hf_key("intermediate_size"));
   c.vocab_size = r.integer("vocab_size");
-  c.context_length = r.integer("max_position_embeddings");
+  c.context_length = arch->hf_falcon_flags ? r.integer_or("max_position_embeddings", 2048)
+                                           : r.integer("max_position_embeddings");
+  if (arch->hf_falcon_flags) detail::hf_falcon_flags(r, c);
   c.norm = arch->norm;
-  c.rms_eps =
-      static_cast<float>(r.number(arch->norm == NormKind::rms ? "rms_norm_eps" : "layer_norm_eps"));
+  c.norm_bias = arch->norm_bias;
+  c.gated_ffn = arch->gated_ffn;
+  c.rms_eps = static_cast<float>(r.number(arch->hf_key("rms_norm_eps")));
   if (arch->default_logit_scale > 0.0f)
     c.logit_scale = static_cast<float>(r.number_or("logit_scale", arch->default_logit_scale));
-  c.tied_embeddings = r.boolean_or("tie_word_embeddings", arch->tied);
+  c.tied_embeddings = r.boolean_or("tie_word_embeddings", arch->tied || arch->hf_falcon_flags);
   if (r.has("head_dim")) {
     c.head_dim = r.integer("head_dim");
     if (c.n_heads > 0 && c.head_dim * c.n_heads == c.dim) c.head_dim = 0;  // the default
@@ -285,17 +317,20 @@ namespace detail {
 
 // The Hugging Face name of a model tensor (a GGUF-named TensorSpec), derived per tensor so that
 // nothing is built per layer before the tensors are looked up.
-inline std::string hf_tensor_name(const std::vector<LayerTensor>& layer_tensors,
+inline std::string hf_tensor_name(const Architecture& arch,
+                                  const std::vector<LayerTensor>& layer_tensors,
                                   const TensorSpec& spec) {
-  if (spec.name == "token_embd.weight") return "model.embed_tokens.weight";
-  if (spec.name == "output_norm.weight") return "model.norm.weight";
+  if (spec.name == "token_embd.weight") return arch.hf_embedding;
+  if (spec.name == "output_norm.weight") return std::string(arch.hf_final_norm) + ".weight";
+  if (spec.name == "output_norm.bias") return std::string(arch.hf_final_norm) + ".bias";
   if (spec.name == "output.weight") return "lm_head.weight";
   // blk.<layer>.<gguf name>
   const std::size_t layer_end = spec.name.find('.', 4);
   const std::string_view layer = std::string_view(spec.name).substr(4, layer_end - 4);
   const std::string_view name = std::string_view(spec.name).substr(layer_end + 1);
   for (const LayerTensor& t : layer_tensors)
-    if (name == t.gguf) return "model.layers." + std::string(layer) + "." + t.hf;
+    if (name == t.gguf)
+      return arch.hf_layers + std::string(layer) + "." + arch.hf_tensor(t.hf.c_str());
   throw Error(ErrorKind::internal, "no Hugging Face name for tensor " + spec.name);
 }
 
@@ -371,9 +406,9 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
 // describe the checkpoint. (Tensors outside the layers, such as a rotary inverse-frequency
 // buffer, carry nothing we would get wrong by not reading them.)
 inline void check_no_unused_layer_tensors(const safetensors::Checkpoint& ckpt,
-                                          const ModelConfig& config,
+                                          const Architecture& arch, const ModelConfig& config,
                                           const std::set<std::string, std::less<>>& used) {
-  constexpr std::string_view kPrefix = "model.layers.";
+  const std::string_view kPrefix = arch.hf_layers;
   for (const std::string& name : ckpt.names()) {
     if (name.compare(0, kPrefix.size(), kPrefix) != 0 || used.count(name) != 0) continue;
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
@@ -407,24 +442,28 @@ inline HfModel load_hf_model(const ModelConfig& config,
   std::set<std::string, std::less<>> used;
   const std::vector<LayerTensor> layer_tensors = hllm::layer_tensors(config);
   const Architecture* arch = find_architecture(config.architecture);
-  const float norm_offset = arch != nullptr ? arch->hf_norm_offset : 0.0f;
+  if (arch == nullptr)
+    throw Error(ErrorKind::unsupported, "architecture '" + config.architecture +
+                                            "' has no Hugging Face form (" +
+                                            supported_architectures() + ")");
+  const float norm_offset = arch->hf_norm_offset;
   m.weights = assemble_weights(config, [&](const TensorSpec& spec) {
     if (const std::optional<FusedPart> part = fused_part(config, spec);
         part && part->hf != nullptr) {  // Phi-3's qkv_proj
       const std::string layer = spec.name.substr(4, spec.name.find('.', 4) - 4);
-      std::string name = "model.layers." + layer + "." + part->hf;
+      std::string name = arch->hf_layers + layer + "." + arch->hf_tensor(part->hf);
       const TensorSpec whole{part->gguf, part->file_rows, spec.cols, spec.role};
       WeightTensor w = detail::hf_weight(*checkpoint, name, whole, *storage, options, 0.0f)
                            .row_range(part->first_row, spec.rows, spec.name);
       used.insert(std::move(name));
       return w;
     }
-    std::string name = detail::hf_tensor_name(layer_tensors, spec);
+    std::string name = detail::hf_tensor_name(*arch, layer_tensors, spec);
     WeightTensor w = detail::hf_weight(*checkpoint, name, spec, *storage, options, norm_offset);
     used.insert(std::move(name));
     return w;
   });
-  detail::check_no_unused_layer_tensors(*checkpoint, config, used);
+  detail::check_no_unused_layer_tensors(*checkpoint, *arch, config, used);
   validate_weights(m.config, m.weights);
   m.weights.storage = storage;
   m.checkpoint = std::move(checkpoint);

@@ -1,5 +1,6 @@
 #pragma once
-// The activation of a gated FFN's gate (nn/gated_ffn.hpp), as a model config names it.
+// The activation of an FFN (nn/gated_ffn.hpp), as a model config names it: of a gated FFN's gate,
+// or of a plain MLP's hidden layer.
 
 #include <string_view>
 
@@ -8,10 +9,16 @@ namespace hllm {
 enum class GateActivation {
   silu,       // SwiGLU: g / (1 + e^-g)
   gelu_tanh,  // GeGLU: GELU's tanh approximation (Gemma; PyTorch's gelu(approximate="tanh"))
+  gelu,       // exact GELU, x/2 · (1 + erf(x/√2)), of a plain MLP (Falcon: PyTorch's nn.GELU())
 };
 
 inline std::string_view gate_activation_name(GateActivation a) noexcept {
-  return a == GateActivation::silu ? "silu" : "gelu_tanh";
+  switch (a) {
+    case GateActivation::silu: return "silu";
+    case GateActivation::gelu_tanh: return "gelu_tanh";
+    case GateActivation::gelu: return "gelu";
+  }
+  return "?";
 }
 
 }  // namespace hllm

@@ -58,6 +58,8 @@ using RopeFn = void (*)(float* x, std::size_t n_heads, std::size_t head_dim, std
                         RopeLayout layout, const float* cos, const float* sin);
 // out[i] = act(gate[i]) · up[i], act SiLU or GELU (a gated FFN).   gate, up, out: [n]
 using GateActivationFn = void (*)(const float* gate, const float* up, std::size_t n, float* out);
+// x[i] = act(x[i]) in place (a plain MLP's hidden layer).   x: [n]
+using ActivationFn = void (*)(float* x, std::size_t n);
 // x[i] = cap · tanh(x[i] / cap) in place.   x: [n]
 using SoftCapFn = void (*)(float* x, std::size_t n, float cap);
 // q: [head_dim], keys, values: [n_keys][head_dim] of the cache's element type (KV rows,
@@ -134,6 +136,7 @@ struct KernelTable {
   LayerNormFn layer_norm = nullptr;
   GateActivationFn silu_mul = nullptr;
   GateActivationFn gelu_mul = nullptr;  // GeGLU, GELU's tanh approximation
+  ActivationFn gelu = nullptr;          // exact GELU (erf), in place
   SoftCapFn soft_cap = nullptr;
   RopeFn rope = nullptr;
   QuantizeFn quantize_activations = nullptr;

@@ -93,6 +93,31 @@ inline void gelu_mul(const float* gate, const float* up, std::size_t n, float* o
   gate_times_up<&gelu_times>(gate, up, n, out);
 }
 
+// The exact GELU, x/2 · (1 + erf(x/√2)), as reference::gelu (std::erf), with erf by Abramowitz
+// and Stegun 7.1.26 (|error| < 1.5e-7): for a = |x|/√2 and t = 1/(1 + p·a), the tail
+// h = x/2 · t·P(t)·e^(−a²) = x/2 · erfc(a) gives gelu(x) = x − h for x >= 0 and h for x < 0,
+// neither side subtracting nearly equal numbers.
+inline VecF32::Reg gelu_exact(VecF32::Reg x) {
+  using V = VecF32;
+  const typename V::Reg a = V::mul(V::abs(x), V::set1(0.70710678118654752f));
+  const typename V::Reg t = V::div(V::set1(1.0f), V::fma(a, V::set1(0.3275911f), V::set1(1.0f)));
+  typename V::Reg p = V::set1(1.061405429f);
+  p = V::fma(p, t, V::set1(-1.453152027f));
+  p = V::fma(p, t, V::set1(1.421413741f));
+  p = V::fma(p, t, V::set1(-0.284496736f));
+  p = V::fma(p, t, V::set1(0.254829592f));
+  const typename V::Reg tail = V::mul(V::mul(p, t), V::exp(V::mul(V::sub(V::zero(), a), a)));
+  const typename V::Reg h = V::mul(V::mul(x, V::set1(0.5f)), tail);
+  return V::select_less(x, V::zero(), h, V::sub(x, h));
+}
+// x[i] = gelu(x[i]) in place.   x: [n]
+inline void gelu(float* x, std::size_t n) {
+  using V = VecF32;
+  std::size_t i = 0;
+  for (; i + V::lanes <= n; i += V::lanes) V::store(x + i, gelu_exact(V::load(x + i)));
+  if (i < n) V::store(x + i, gelu_exact(V::load(x + i, n - i)), n - i);
+}
+
 // x[i] = cap · tanh(x[i] / cap) in place, as reference::soft_cap (VecF32::tanh: ~2 ulp).
 inline VecF32::Reg soft_capped(VecF32::Reg v, VecF32::Reg cap) {
   return VecF32::mul(cap, VecF32::tanh(VecF32::div(v, cap)));

@@ -236,6 +236,15 @@ inline void layer_norm(const float* x, const float* weight, const float* bias, s
                                 (bias != nullptr ? bias[i] : 0.0f));
 }
 
+// x[i] = gelu(x[i]) = x/2 · (1 + erf(x/√2)) in place, the exact GELU (PyTorch's nn.GELU()),
+// in double.   x: [n]
+inline void gelu(float* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    x[i] = static_cast<float>(0.5 * v * (1.0 + std::erf(v * 0.70710678118654752440)));
+  }
+}
+
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g).   gate, up, out: [n]
 inline void silu_mul(const float* gate, const float* up, std::size_t n, float* out) {
   for (std::size_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];

@@ -38,6 +38,8 @@ struct Architecture {
   // LayerNorm families read the epsilon from attention.layer_norm_epsilon (GGUF) and
   // layer_norm_eps (config.json) rather than the RMS keys.
   NormKind norm = NormKind::rms;
+  bool norm_bias = false;  // its LayerNorms add a bias (Falcon)
+  bool gated_ffn = true;   // false: a plain MLP with the exact GELU (Falcon)
   // > 0: the family scales its logits by the files' logit_scale, this when a config.json has
   // none (Cohere's class default; GGUF files without the key get none, as in llama.cpp).
   float default_logit_scale = 0.0f;
@@ -66,6 +68,30 @@ struct Architecture {
   // llama.cpp scales the scores of files of this many layers (Gemma 2 27B: 46) by
   // 1/sqrt(dim / n_heads) rather than 1/sqrt(head_dim); 0: never.
   std::int64_t gguf_width_scaled_layers = 0;
+  // Hugging Face names where the family's differ from Llama's: the layers' prefix, the
+  // embedding, the final norm (".weight", ".bias" appended), renames of tensors inside a layer
+  // (Llama's name, the family's) and of config.json keys (Llama's key, the family's).
+  const char* hf_layers = "model.layers.";
+  const char* hf_embedding = "model.embed_tokens.weight";
+  const char* hf_final_norm = "model.norm";
+  std::array<std::array<const char*, 2>, 4> hf_tensor_renames{};
+  std::array<std::array<const char*, 2>, 3> hf_key_renames{};
+  // config.json's alibi, multi_query, new_decoder_architecture, parallel_attn and bias flags
+  // are checked as FalconConfig has them, and multi_query means one KV head.
+  bool hf_falcon_flags = false;
+
+  // The family's name of Llama's layer tensor `name` (self_attn.o_proj.weight, ...).
+  const char* hf_tensor(const char* name) const {
+    for (const auto& [llama, ours] : hf_tensor_renames)
+      if (llama != nullptr && std::string_view(llama) == name) return ours;
+    return name;
+  }
+  // The family's config.json key for Llama's `key`.
+  const char* hf_key(const char* key) const {
+    for (const auto& [llama, ours] : hf_key_renames)
+      if (llama != nullptr && std::string_view(llama) == key) return ours;
+    return key;
+  }
 };
 
 // llama: llama.cpp's converter permutes q/k into interleaved pairs and loads attention biases
@@ -85,7 +111,13 @@ struct Architecture {
 // pattern (OLMo 3's) is refused by the reader. command-r: parallel blocks (attention and FFN
 // both read one LayerNorm of the residual, without bias), interleaved RoPE rows in Hugging
 // Face's Cohere checkpoints as in GGUF (llama.cpp's converter permutes nothing), tied
-// embeddings, logits scaled by logit_scale (llama.cpp's command-r graph).
+// embeddings, logits scaled by logit_scale (llama.cpp's command-r graph). falcon (Falcon-7B's
+// form): parallel blocks on one LayerNorm with a bias, q|k|v fused with one KV head, a plain MLP
+// with PyTorch's exact GELU (llama.cpp's falcon graph has GELU's tanh approximation, a small
+// difference: docs/formats.md; hllm follows the Hugging Face model), Hugging Face's names
+// under transformer.h.N.; output.weight where the file has it (llama.cpp's falcon graph falls
+// back on the embedding), while config.json ties them unless it says otherwise (FalconConfig
+// keeps PretrainedConfig's default).
 inline constexpr Architecture kArchitectures[] = {
     {.gguf = "llama",
      .hf = {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"},
@@ -134,7 +166,28 @@ inline constexpr Architecture kArchitectures[] = {
      .layout = BlockLayout::parallel,
      .norm = NormKind::layer,
      .default_logit_scale = 0.0625f,
-     .tied = true},
+     .tied = true,
+     .hf_key_renames = {{{"rms_norm_eps", "layer_norm_eps"}}}},
+    {.gguf = "falcon",
+     .hf = {"FalconForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::neox,
+     .fused_projections = true,
+     .layout = BlockLayout::parallel,
+     .norm = NormKind::layer,
+     .norm_bias = true,
+     .gated_ffn = false,
+     .activation = GateActivation::gelu,
+     .hf_layers = "transformer.h.",
+     .hf_embedding = "transformer.word_embeddings.weight",
+     .hf_final_norm = "transformer.ln_f",
+     .hf_tensor_renames = {{{"self_attn.qkv_proj.weight", "self_attention.query_key_value.weight"},
+                            {"self_attn.o_proj.weight", "self_attention.dense.weight"},
+                            {"mlp.up_proj.weight", "mlp.dense_h_to_4h.weight"},
+                            {"mlp.down_proj.weight", "mlp.dense_4h_to_h.weight"}}},
+     .hf_key_renames = {{{"rms_norm_eps", "layer_norm_epsilon"},
+                         {"num_key_value_heads", "num_kv_heads"},
+                         {"intermediate_size", "ffn_hidden_size"}}},
+     .hf_falcon_flags = true},
     {.gguf = "gemma2",
      .hf = {"Gemma2ForCausalLM", nullptr},
      .gguf_rope = RopeLayout::neox,

@@ -55,6 +55,7 @@ struct ModelConfig {
   std::int64_t context_length = 0;  // the longest sequence the model was trained for
   float rms_eps = 1e-5f;            // the epsilon of every norm, RMSNorm's or LayerNorm's
   NormKind norm = NormKind::rms;
+  bool norm_bias = false;  // LayerNorms add a bias (Falcon); RMSNorm never does
   RopeConfig rope;
   std::int64_t sliding_window = 0;  // 0: none (Mistral 7B v0.1: 4096)
   // Which layers the window applies to: 0: every layer; n: layer l when l % n < n - 1, the
@@ -65,11 +66,13 @@ struct ModelConfig {
   QkNorm qk_norm = QkNorm::none;
   BlockLayout layout = BlockLayout::pre_norm;
   GateActivation ffn_activation = GateActivation::silu;  // SwiGLU, or GeGLU (Gemma)
-  bool scale_embeddings = false;                         // token embeddings times sqrt(dim) (Gemma)
-  float attention_scale = 0.0f;  // score = q·k · attention_scale; 0: 1/sqrt(head_dim)
-  float attn_softcap = 0.0f;     // score → cap·tanh(score/cap) (Gemma 2: 50); 0: none
-  float final_softcap = 0.0f;    // the same on the logits (Gemma 2: 30); 0: none
-  float logit_scale = 0.0f;      // logits times this (Command-R: 0.0625); 0: none
+  // false: a plain MLP, down(act(up(x))) with the exact GELU (Falcon), no gate projection
+  bool gated_ffn = true;
+  bool scale_embeddings = false;  // token embeddings times sqrt(dim) (Gemma)
+  float attention_scale = 0.0f;   // score = q·k · attention_scale; 0: 1/sqrt(head_dim)
+  float attn_softcap = 0.0f;      // score → cap·tanh(score/cap) (Gemma 2: 50); 0: none
+  float final_softcap = 0.0f;     // the same on the logits (Gemma 2: 30); 0: none
+  float logit_scale = 0.0f;       // logits times this (Command-R: 0.0625); 0: none
   // Mixture of experts (Mixtral, Qwen2-MoE): n_experts > 0 replaces every layer's FFN by
   // n_experts gated FFNs of expert_ffn_dim, of which a router (softmax over the experts' logits)
   // picks the n_experts_used best per token; the output is their sum weighted by those
@@ -161,6 +164,24 @@ struct ModelConfig {
                     "model config: " + std::string(field) + " = " + std::to_string(value) +
                         " (must be finite and >= 0; 0: the default)",
                     {}, field);
+    if (norm_bias && norm != NormKind::layer)
+      throw Error(ErrorKind::invalid_argument, "model config: an RMSNorm has no bias", {},
+                  "norm_bias");
+    // LayerNorm families norm the sublayers' inputs only, and never q and k.
+    if (norm == NormKind::layer && (qk_norm != QkNorm::none || (layout != BlockLayout::pre_norm &&
+                                                                layout != BlockLayout::parallel)))
+      throw Error(ErrorKind::invalid_argument,
+                  "model config: LayerNorm with QK-norm or norms on the sublayers' outputs", {},
+                  "norm");
+    // The gated FFN's kernels are SiLU·up and the tanh GeGLU; a plain MLP's is the exact GELU.
+    if (gated_ffn == (ffn_activation == GateActivation::gelu))
+      throw Error(ErrorKind::invalid_argument,
+                  std::string("model config: ") + (gated_ffn ? "a gated" : "a plain") +
+                      " FFN with activation " + std::string(gate_activation_name(ffn_activation)),
+                  {}, "ffn_activation");
+    if (!gated_ffn && n_experts != 0)
+      throw Error(ErrorKind::invalid_argument, "model config: experts are gated FFNs", {},
+                  "gated_ffn");
     Rope(rope, resolved_head_dim());  // validates rot_dims, theta and scaling
   }
 };

@@ -117,7 +117,8 @@ class LlamaBlock {
     const float* sublayer_in = post_norm ? x : s.normed.data();  // [n_tokens][dim]
     if (!post_norm)
       norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.attn_norm.as<float>(),
-                    nullptr, matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
+                    bias_of(weights_.attn_norm_bias), matrix_view(s.normed.data(), n_tokens, dim),
+                    compute.kernels());
     const Compute::Product qkv[] = {
         {&weights_.wq, s.q.data()}, {&weights_.wk, s.k.data()}, {&weights_.wv, s.v.data()}};
     compute.matmul_fused(qkv, sublayer_in, n_tokens);
@@ -175,7 +176,8 @@ class LlamaBlock {
     // attention's output joined it).
     if (!post_norm && layout_ != BlockLayout::parallel)
       norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm.as<float>(),
-                    nullptr, matrix_view(s.normed.data(), n_tokens, dim), compute.kernels());
+                    bias_of(weights_.ffn_norm_bias), matrix_view(s.normed.data(), n_tokens, dim),
+                    compute.kernels());
     if (routing_.n_experts > 0) {
       const bool shared = !weights_.shared_expert.gate.empty();
       const MoeWeights moe{&weights_.router, &weights_.experts,
@@ -193,6 +195,10 @@ class LlamaBlock {
   }
 
  private:
+  // A LayerNorm's bias ([dim]), or nullptr where the norm has none.
+  static const float* bias_of(const WeightTensor& bias) {
+    return bias.empty() ? nullptr : bias.as<float>();
+  }
   static void add_into(float* x, const float* y, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
   }

@@ -192,6 +192,8 @@ inline ModelConfig without_variants(ModelConfig c) {
   c.qk_norm = QkNorm::none;
   c.layout = BlockLayout::pre_norm;
   c.norm = NormKind::rms;
+  c.norm_bias = false;
+  c.gated_ffn = true;
   c.ffn_activation = GateActivation::silu;
   c.scale_embeddings = false;
   c.logit_scale = 0.0f;

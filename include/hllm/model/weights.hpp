@@ -31,6 +31,7 @@ namespace hllm {
 
 struct LayerWeights {
   WeightTensor attn_norm;       // [1][dim], f32; empty in a post-norm block
+  WeightTensor attn_norm_bias;  // [1][dim], f32; a LayerNorm's, with config.norm_bias
   WeightTensor wq;              // [n_heads*head_dim][dim]
   WeightTensor wk;              // [n_kv_heads*head_dim][dim]
   WeightTensor wv;              // [n_kv_heads*head_dim][dim]
@@ -42,8 +43,9 @@ struct LayerWeights {
   WeightTensor wo;              // [dim][n_heads*head_dim]
   WeightTensor post_attn_norm;  // [1][dim], f32; with sandwich and post-norm layouts
   WeightTensor ffn_norm;        // [1][dim], f32; empty in a post-norm or parallel block
+  WeightTensor ffn_norm_bias;   // [1][dim], f32; with config.norm_bias and an ffn_norm
   FeedForwardWeights ffn;       // gate, up: [ffn_dim][dim]; down: [dim][ffn_dim]; empty in
-                                // a mixture-of-experts layer
+                                // a mixture-of-experts layer; no gate in a plain MLP
   WeightTensor post_ffn_norm;   // [1][dim], f32; with sandwich and post-norm layouts
   // Mixture of experts (config.n_experts > 0), in place of ffn:
   WeightTensor router;                      // [n_experts][dim] (ffn_gate_inp)
@@ -53,12 +55,15 @@ struct LayerWeights {
   WeightTensor shared_expert_gate;   // [1][dim], f32: its output times sigmoid(gate · x)
 
   // The projection matrices, the tensors kernels read in the weight type of the model (and
-  // load-time repacking reorders): attention's four, then the FFN's three or every expert's
-  // and the shared expert's. (The router is not among them: files keep it F32.)
+  // load-time repacking reorders): attention's four, then the FFN's three (a plain MLP's two)
+  // or every expert's and the shared expert's. (The router is not among them: files keep it
+  // F32.)
   std::vector<WeightTensor*> projections() {
     std::vector<WeightTensor*> p{&wq, &wk, &wv, &wo};
-    for (FeedForwardWeights* f : feed_forwards())
-      if (!f->gate.empty()) p.insert(p.end(), {&f->gate, &f->up, &f->down});
+    for (FeedForwardWeights* f : feed_forwards()) {
+      if (!f->gate.empty()) p.push_back(&f->gate);
+      if (!f->up.empty()) p.insert(p.end(), {&f->up, &f->down});
+    }
     return p;
   }
   std::vector<const WeightTensor*> projections() const {
@@ -79,6 +84,7 @@ struct ModelWeights {
   WeightTensor token_embedding;  // [vocab][dim]
   std::vector<LayerWeights> layers;
   WeightTensor output_norm;             // [1][dim], f32
+  WeightTensor output_norm_bias;        // [1][dim], f32; with config.norm_bias
   WeightTensor output;                  // [vocab][dim]; empty when tied to the embedding
   std::shared_ptr<const void> storage;  // owner of the bytes the views point into
   // Owner of the load-time repacked weights (model/repack.hpp), if any.
@@ -181,6 +187,9 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
   if (!post_norm)
     t.push_back({"attn_norm.weight", "input_layernorm.weight", R::norm, 1, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm; }});
+  if (c.norm_bias)  // (LayerNorm blocks are pre-norm or parallel: ModelConfig::validate)
+    t.push_back({"attn_norm.bias", "input_layernorm.bias", R::bias, 1, dim,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm_bias; }});
   t.push_back({"attn_q.weight", "self_attn.q_proj.weight", R::matrix, q, dim,
                [](L& l, std::size_t) -> WeightTensor& { return l.wq; }});
   t.push_back({"attn_k.weight", "self_attn.k_proj.weight", R::matrix, kv, dim,
@@ -216,12 +225,16 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
   } else if (c.layout != BlockLayout::parallel) {  // parallel blocks share the input norm
     t.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
+    if (c.norm_bias)
+      t.push_back({"ffn_norm.bias", "post_attention_layernorm.bias", R::bias, 1, dim,
+                   [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm_bias; }});
   }
   if (c.n_experts > 0) {
     add_expert_tensors(c, t);
   } else {
-    t.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", R::matrix, ffn, dim,
-                 [](L& l, std::size_t) -> WeightTensor& { return l.ffn.gate; }});
+    if (c.gated_ffn)
+      t.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", R::matrix, ffn, dim,
+                   [](L& l, std::size_t) -> WeightTensor& { return l.ffn.gate; }});
     t.push_back({"ffn_up.weight", "mlp.up_proj.weight", R::matrix, ffn, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.ffn.up; }});
     t.push_back({"ffn_down.weight", "mlp.down_proj.weight", R::matrix, dim, ffn,
@@ -243,15 +256,19 @@ namespace detail {
 // model_tensor_count and model_tensor_spec for the layer list `layer` = layer_tensors(c), which
 // callers that need many specs build once (an expert model's list holds hundreds of entries).
 inline std::size_t model_tensor_count(const ModelConfig& c, const std::vector<LayerTensor>& layer) {
-  return 1 + layer.size() * static_cast<std::size_t>(c.n_layers) + 1 + (c.tied_embeddings ? 0 : 1);
+  return 1 + layer.size() * static_cast<std::size_t>(c.n_layers) + 1 + (c.norm_bias ? 1 : 0) +
+         (c.tied_embeddings ? 0 : 1);
 }
 inline TensorSpec model_tensor_spec(const ModelConfig& c, const std::vector<LayerTensor>& layer,
                                     std::size_t index) {
   const auto dim = static_cast<std::size_t>(c.dim), vocab = static_cast<std::size_t>(c.vocab_size);
   const std::size_t layers_total = layer.size() * static_cast<std::size_t>(c.n_layers);
   if (index == 0) return {"token_embd.weight", vocab, dim};
+  const std::size_t output = layers_total + 2 + (c.norm_bias ? 1 : 0);
   if (index == layers_total + 1) return {"output_norm.weight", 1, dim, TensorRole::norm};
-  if (index == layers_total + 2 && !c.tied_embeddings) return {"output.weight", vocab, dim};
+  if (index == layers_total + 2 && c.norm_bias)
+    return {"output_norm.bias", 1, dim, TensorRole::bias};
+  if (index == output && !c.tied_embeddings) return {"output.weight", vocab, dim};
   if (index > layers_total)
     throw Error(ErrorKind::internal, "tensor index " + std::to_string(index) + " past the model");
   return layer_tensor_spec(layer[(index - 1) % layer.size()], (index - 1) / layer.size());
@@ -288,6 +305,7 @@ inline std::vector<const WeightTensor*> model_tensors(const ModelConfig& c, cons
   for (const LayerWeights& l : w.layers)
     for (const LayerTensor& t : layer) tensors.push_back(&t.of(l));
   tensors.push_back(&w.output_norm);
+  if (c.norm_bias) tensors.push_back(&w.output_norm_bias);
   if (!c.tied_embeddings) tensors.push_back(&w.output);
   return tensors;
 }
@@ -336,6 +354,7 @@ inline std::optional<FusedPart> fused_part(const ModelConfig& c, const TensorSpe
   if (part == "attn_k.weight") return FusedPart{qkv, "self_attn.qkv_proj.weight", q, q + 2 * kv};
   if (part == "attn_v.weight")
     return FusedPart{qkv, "self_attn.qkv_proj.weight", q + kv, q + 2 * kv};
+  if (!c.gated_ffn) return {};  // a plain MLP's up is a tensor of its own (Falcon)
   if (part == "ffn_gate.weight") return FusedPart{gate_up, "mlp.gate_up_proj.weight", 0, 2 * ffn};
   if (part == "ffn_up.weight") return FusedPart{gate_up, "mlp.gate_up_proj.weight", ffn, 2 * ffn};
   return {};
@@ -369,7 +388,11 @@ inline ModelWeights assemble_weights(const ModelConfig& c,
   }
   const std::size_t after_layers = 1 + layer.size() * static_cast<std::size_t>(c.n_layers);
   w.output_norm = lookup(detail::model_tensor_spec(c, layer, after_layers));
-  if (!c.tied_embeddings) w.output = lookup(detail::model_tensor_spec(c, layer, after_layers + 1));
+  if (c.norm_bias)
+    w.output_norm_bias = lookup(detail::model_tensor_spec(c, layer, after_layers + 1));
+  if (!c.tied_embeddings)
+    w.output =
+        lookup(detail::model_tensor_spec(c, layer, after_layers + 1 + (c.norm_bias ? 1 : 0)));
   return w;
 }
 
