@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hllm/core/thread_pool.hpp"
+#include "hllm/io/quantize.hpp"
 #include "hllm/kernels/reference.hpp"
 #include "hllm/nn/moe.hpp"
 #include "test_util.hpp"
@@ -106,7 +107,7 @@ struct Experts {
     const std::size_t tokens = x.size() / kDim;
     hllm::ThreadPool pool(threads);
     const hllm::Compute compute(hllm::kernels::table_for(isa), pool);
-    hllm::MoeScratch scratch(tokens, kDim, r);
+    hllm::MoeScratch scratch(tokens, kDim, kFfn, r);
     std::vector<float> out(x.size()), gate(tokens * kFfn), up(tokens * kFfn);
     hllm::MixtureOfExperts::forward(compute, {&router, &experts, nullptr, nullptr}, r,
                                     hllm::GateActivation::silu, x.data(), tokens, kDim, out.data(),
@@ -154,20 +155,69 @@ TEST(MixtureOfExperts, ExpertsNoTokenChoseAreNotRead) {
 }
 
 // Grouping by expert does not change a token's result beyond the kernels' own rounding: a chunk
-// of tokens equals the same tokens run one at a time.
+// of tokens equals the same tokens run one at a time, which take the one-token path (every
+// chosen expert's rows in one job per projection), on every ISA, with k up to n_experts.
 TEST(MixtureOfExperts, ChunkEqualsItsTokensOneAtATime) {
   const Experts m(5, 60);
-  const hllm::ExpertRouting r{5, 2, false};
   const std::vector<float> x = hllm::test::random_vector(12 * Experts::kDim, 61);
-  const std::vector<float> chunk = m.grouped(x, r, hllm::Isa::scalar, 1);
-  std::vector<float> single;
-  for (std::size_t t = 0; t < 12; ++t) {
-    const std::vector<float> one(x.begin() + t * Experts::kDim,
-                                 x.begin() + (t + 1) * Experts::kDim);
-    const std::vector<float> y = m.grouped(one, r, hllm::Isa::scalar, 1);
-    single.insert(single.end(), y.begin(), y.end());
+  for (const hllm::ExpertRouting r : {hllm::ExpertRouting{5, 2, false}, {5, 5, true}})
+    for (hllm::Isa isa : hllm::test::supported_isas()) {
+      SCOPED_TRACE(std::string(hllm::to_string(isa)) + " k " + std::to_string(r.n_used));
+      const std::vector<float> chunk = m.grouped(x, r, isa, 2);
+      std::vector<float> single;
+      for (std::size_t t = 0; t < 12; ++t) {
+        const std::vector<float> one(x.begin() + t * Experts::kDim,
+                                     x.begin() + (t + 1) * Experts::kDim);
+        const std::vector<float> y = m.grouped(one, r, isa, 2);
+        single.insert(single.end(), y.begin(), y.end());
+      }
+      EXPECT_TRUE(all_close(chunk, single, 1e-6f));
+      EXPECT_TRUE(all_close(single, m.direct(x, r), 1e-5f));
+    }
+}
+
+// With 8-bit activations (Q8_0 experts, a session's Compute): a token alone runs its experts'
+// downs on inputs quantized one by one (Compute::matmul_each) and gets the bits the chunk's
+// grouped path gives it, on every ISA, with the shared expert added after either.
+TEST(MixtureOfExperts, QuantizedTokenEqualsItsChunkBitForBit) {
+  constexpr std::size_t kDim = 64, kFfn = 96, kExperts = 6, kTokens = 5;
+  std::vector<std::vector<std::byte>> bytes;
+  const auto q8 = [&](std::size_t rows, std::size_t cols, std::uint32_t seed) {
+    std::vector<float> v = hllm::test::random_vector(rows * cols, seed);
+    for (float& x : v) x /= std::sqrt(static_cast<float>(cols));
+    bytes.push_back(hllm::quant::quantize(hllm::DType::q8_0, v));
+    return hllm::WeightTensor{hllm::DType::q8_0, bytes.back().data(), rows, cols, "q"};
+  };
+  bytes.reserve(3 * kExperts + 4);
+  std::vector<hllm::FeedForwardWeights> experts;
+  for (std::uint32_t e = 0; e < kExperts; ++e)
+    experts.push_back(
+        {q8(kFfn, kDim, 70 + 3 * e), q8(kFfn, kDim, 71 + 3 * e), q8(kDim, kFfn, 72 + 3 * e)});
+  const std::vector<float> router_values = hllm::test::random_vector(kExperts * kDim, 90);
+  const hllm::WeightTensor router{hllm::DType::f32, router_values.data(), kExperts, kDim, "r"};
+  const hllm::FeedForwardWeights shared{q8(kFfn, kDim, 91), q8(kFfn, kDim, 92), q8(kDim, kFfn, 93)};
+  const std::vector<float> shared_gate = hllm::test::random_vector(kDim, 94);
+  const std::vector<float> x = hllm::test::random_vector(kTokens * kDim, 95);
+  const hllm::ExpertRouting r{kExperts, 3, true};
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    hllm::ThreadPool pool(2);
+    std::vector<hllm::BlockQ8Act> activations(kTokens * 3 * kFfn / 32);
+    const hllm::Compute compute(hllm::kernels::table_for(isa), pool, activations);
+    const auto run = [&](const float* in, std::size_t tokens) {
+      hllm::MoeScratch scratch(tokens, kDim, kFfn, r);
+      std::vector<float> out(tokens * kDim), gate(tokens * kFfn), up(tokens * kFfn);
+      hllm::MixtureOfExperts::forward(compute, {&router, &experts, &shared, shared_gate.data()}, r,
+                                      hllm::GateActivation::silu, in, tokens, kDim, out.data(),
+                                      scratch, gate.data(), up.data());
+      return out;
+    };
+    const std::vector<float> chunk = run(x.data(), kTokens);
+    for (std::size_t t = 0; t < kTokens; ++t) {
+      const std::vector<float> one = run(x.data() + t * kDim, 1);
+      EXPECT_TRUE(std::equal(one.begin(), one.end(), chunk.begin() + t * kDim)) << "token " << t;
+    }
   }
-  EXPECT_TRUE(all_close(chunk, single, 1e-6f));
 }
 
 }  // namespace

@@ -63,6 +63,8 @@ class Compute {
         scratch_(pool.size() * scratch_stride_) {}
 
   const kernels::KernelTable& kernels() const noexcept { return *table_; }
+  // The 8-bit activation blocks this Compute holds (0: float32 activations throughout).
+  std::size_t activation_blocks() const noexcept { return activations_.size(); }
   ThreadPool& pool() const noexcept { return *pool_; }
   Isa isa() const noexcept { return table_->isa; }
 
@@ -70,6 +72,14 @@ class Compute {
   struct Product {
     const WeightTensor* w;
     float* y;
+  };
+  // One product with its own input: y = w · x, x: [n_tokens][w.cols], y: [n_tokens][w.rows];
+  // xq is filled in by matmul_each (x quantized, where w's kernel takes 8-bit activations).
+  struct ProductOf {
+    const WeightTensor* w;
+    const float* x;
+    float* y;
+    const BlockQ8Act* xq = nullptr;
   };
 
   // y[t][r] = sum_c w[r][c] x[t][c].   x: [n_tokens][w.cols], y: [n_tokens][w.rows]
@@ -101,6 +111,45 @@ class Compute {
           });
   }
 
+  // Several products of different inputs in one pass (the chosen experts' down projections of
+  // a decoded token): each input quantized on its own into the activation scratch, then the
+  // threads split all the products' rows together, one wake-up and one barrier for all. Each
+  // row is computed as matmul(*p.w, p.x, ...) would compute it. Throws Error(internal) when the
+  // inputs' 8-bit blocks do not fit the activation scratch together.
+  void matmul_each(std::span<ProductOf> products, std::size_t n_tokens) const {
+    std::size_t total_rows = 0, work = 0, used_blocks = 0;
+    for (ProductOf& p : products) {
+      check_scratch(*p.w, n_tokens);
+      const Product one{p.w, p.y};
+      p.xq = nullptr;
+      if (!uses_int8(*p.w)) {
+        prepare_activations({&one, 1}, p.x, n_tokens);  // checks that a float kernel exists
+      } else {
+        const std::size_t blocks = n_tokens * (p.w->cols / 32);
+        if (p.w->cols % 32 != 0 || used_blocks + blocks > activations_.size())
+          throw Error(ErrorKind::internal, "activation scratch too small for the products", {},
+                      p.w->name);
+        p.xq = quantize(p.x, p.w->cols, n_tokens, activations_.data() + used_blocks);
+        used_blocks += blocks;
+      }
+      total_rows += p.w->rows, work += p.w->rows * p.w->cols;
+    }
+    split(total_rows, kRowGrain, work * n_tokens,
+          [&](std::size_t begin, std::size_t end, std::size_t thread) {
+            std::size_t first = 0;  // the products' rows, stacked one after another
+            for (const ProductOf& p : products) {
+              const std::size_t lo = std::max(begin, first), hi = std::min(end, first + p.w->rows);
+              if (lo < hi) rows_of(*p.w, p.x, p.xq, n_tokens, p.y, lo - first, hi - first, thread);
+              first += p.w->rows;
+            }
+          });
+  }
+
+  // The kernel of a gated FFN's activation: out = act(gate) ⊙ up.
+  kernels::GateActivationFn gate_activation(GateActivation activation) const noexcept {
+    return activation == GateActivation::silu ? table_->silu_mul : table_->gelu_mul;
+  }
+
   // out = act(gate · x) ⊙ (up · x), the first half of a gated FFN, in one pass: x is quantized
   // once, each thread computes the same rows of both products and applies the activation to
   // them right away. gate_y, up_y, out: [n_tokens][gate.rows] (out may be gate_y).
@@ -113,8 +162,7 @@ class Compute {
     check_scratch(gate, n_tokens);
     const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
     const std::size_t rows = gate.rows;
-    const kernels::GateActivationFn act =
-        activation == GateActivation::silu ? table_->silu_mul : table_->gelu_mul;
+    const kernels::GateActivationFn act = gate_activation(activation);
     split(rows, kRowGrain, 2 * rows * gate.cols * n_tokens,
           [&](std::size_t begin, std::size_t end, std::size_t thread) {
             rows_of(gate, x, xq, n_tokens, gate_y, begin, end, thread);
@@ -186,10 +234,16 @@ class Compute {
       if (p.w->cols != cols)
         throw Error(ErrorKind::internal, "fused products must share their input width", {},
                     p.w->name);
-    BlockQ8Act* xq = activations_.data();
-    const kernels::QuantizeFn quantize = table_->quantize_activations;
+    return quantize(x, cols, n_tokens, activations_.data());
+  }
+
+  // x: [n_tokens][cols] as 8-bit blocks into xq: [n_tokens][cols/32]; returns xq.
+  BlockQ8Act* quantize(const float* x, std::size_t cols, std::size_t n_tokens,
+                       BlockQ8Act* xq) const {
+    const std::size_t blocks = cols / 32;
+    const kernels::QuantizeFn fn = table_->quantize_activations;
     split(n_tokens, 1, n_tokens * cols, [&](std::size_t begin, std::size_t end, std::size_t) {
-      for (std::size_t t = begin; t < end; ++t) quantize(x + t * cols, cols, xq + t * blocks);
+      for (std::size_t t = begin; t < end; ++t) fn(x + t * cols, cols, xq + t * blocks);
     });
     return xq;
   }

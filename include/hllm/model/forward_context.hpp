@@ -29,6 +29,17 @@ inline std::size_t widest_matmul_input(const ModelConfig& c) {
                 c.shared_expert_ffn_dim}));
 }
 
+// The 8-bit activation blocks a forward pass of max_tokens tokens needs: [max_tokens][widest
+// input / 32 + 1] (a block to spare for the quantizer), and at least a decoded token's chosen
+// experts' down inputs at once (MixtureOfExperts: [n_used][expert_ffn / 32]).
+inline std::size_t activation_blocks(const ModelConfig& c, std::size_t max_tokens) {
+  const std::size_t experts =
+      c.n_experts > 0
+          ? static_cast<std::size_t>(c.n_experts_used * c.resolved_expert_ffn_dim()) / 32
+          : 0;
+  return std::max(max_tokens * (widest_matmul_input(c) + 32) / 32, experts);
+}
+
 // Throws invalid_argument, naming `what`, unless 1 <= n <= 65536: the tokens of one forward
 // pass, which size every activation buffer.
 inline std::size_t checked_forward_tokens(std::size_t n, const char* what) {
@@ -47,7 +58,7 @@ class ForwardContext {
                  std::size_t threads, std::optional<Isa> isa, bool exact)
       : max_tokens_(max_tokens),
         scratch_(config, max_tokens, rot_dims / 2),
-        activations_(exact ? 0 : max_tokens * (widest_matmul_input(config) + 32) / 32),
+        activations_(exact ? 0 : activation_blocks(config, max_tokens)),
         pool_(threads ? threads : default_thread_count()),
         compute_(isa ? kernels::table_for(*isa) : kernels::active(), pool_, activations_.span(),
                  {widest_matmul_input(config), max_tokens}) {}
@@ -61,8 +72,7 @@ class ForwardContext {
  private:
   std::size_t max_tokens_;
   ForwardScratch scratch_;
-  // [max_tokens][widest input / 32 + 1]: a block to spare for the quantizer.
-  AlignedBuffer<BlockQ8Act> activations_;
+  AlignedBuffer<BlockQ8Act> activations_;  // activation_blocks(config, max_tokens)
   ThreadPool pool_;
   Compute compute_;
 };

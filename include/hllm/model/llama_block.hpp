@@ -44,8 +44,9 @@ struct BlockScratch {
         projected(capacity_tokens * c.dim),
         gate(capacity_tokens * ffn_width(c)),
         up(capacity_tokens * ffn_width(c)),
-        moe(c.n_experts > 0 ? MoeScratch(capacity_tokens, c.dim, expert_routing(c))
-                            : MoeScratch()) {}
+        moe(c.n_experts > 0
+                ? MoeScratch(capacity_tokens, c.dim, c.resolved_expert_ffn_dim(), expert_routing(c))
+                : MoeScratch()) {}
   // The widest FFN a token runs: the dense one, an expert or the shared expert.
   static std::size_t ffn_width(const ModelConfig& c) {
     if (c.n_experts == 0) return c.ffn_dim;
