@@ -95,20 +95,11 @@ class Compute {
   // the threads split all the products' rows together, one wake-up and one barrier for all.
   void matmul_fused(std::span<const Product> products, const float* x, std::size_t n_tokens) const {
     const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
-    std::size_t total_rows = 0, work = 0;
-    for (const Product& p : products) {
-      check_scratch(*p.w, n_tokens);
-      total_rows += p.w->rows, work += p.w->rows * p.w->cols;
-    }
-    split(total_rows, kRowGrain, work * n_tokens,
-          [&](std::size_t begin, std::size_t end, std::size_t thread) {
-            std::size_t first = 0;  // the products' rows, stacked one after another
-            for (const Product& p : products) {
-              const std::size_t lo = std::max(begin, first), hi = std::min(end, first + p.w->rows);
-              if (lo < hi) rows_of(*p.w, x, xq, n_tokens, p.y, lo - first, hi - first, thread);
-              first += p.w->rows;
-            }
-          });
+    for (const Product& p : products) check_scratch(*p.w, n_tokens);
+    split_stacked(products, n_tokens,
+                  [&](const Product& p, std::size_t begin, std::size_t end, std::size_t thread) {
+                    rows_of(*p.w, x, xq, n_tokens, p.y, begin, end, thread);
+                  });
   }
 
   // Several products of different inputs in one pass (the chosen experts' down projections of
@@ -117,7 +108,7 @@ class Compute {
   // row is computed as matmul(*p.w, p.x, ...) would compute it. Throws Error(internal) when the
   // inputs' 8-bit blocks do not fit the activation scratch together.
   void matmul_each(std::span<ProductOf> products, std::size_t n_tokens) const {
-    std::size_t total_rows = 0, work = 0, used_blocks = 0;
+    std::size_t used_blocks = 0;
     for (ProductOf& p : products) {
       check_scratch(*p.w, n_tokens);
       const Product one{p.w, p.y};
@@ -132,17 +123,11 @@ class Compute {
         p.xq = quantize(p.x, p.w->cols, n_tokens, activations_.data() + used_blocks);
         used_blocks += blocks;
       }
-      total_rows += p.w->rows, work += p.w->rows * p.w->cols;
     }
-    split(total_rows, kRowGrain, work * n_tokens,
-          [&](std::size_t begin, std::size_t end, std::size_t thread) {
-            std::size_t first = 0;  // the products' rows, stacked one after another
-            for (const ProductOf& p : products) {
-              const std::size_t lo = std::max(begin, first), hi = std::min(end, first + p.w->rows);
-              if (lo < hi) rows_of(*p.w, p.x, p.xq, n_tokens, p.y, lo - first, hi - first, thread);
-              first += p.w->rows;
-            }
-          });
+    split_stacked(std::span<const ProductOf>(products), n_tokens,
+                  [&](const ProductOf& p, std::size_t begin, std::size_t end, std::size_t thread) {
+                    rows_of(*p.w, p.x, p.xq, n_tokens, p.y, begin, end, thread);
+                  });
   }
 
   // The kernel of a gated FFN's activation: out = act(gate) ⊙ up.
@@ -246,6 +231,23 @@ class Compute {
       for (std::size_t t = begin; t < end; ++t) fn(x + t * cols, cols, xq + t * blocks);
     });
     return xq;
+  }
+
+  // One job over the products' rows stacked one after another: rows(p, begin, end, thread) for
+  // each product's part [begin, end) of a chunk.
+  template <class P, class Rows>
+  void split_stacked(std::span<const P> products, std::size_t n_tokens, Rows rows) const {
+    std::size_t total_rows = 0, work = 0;
+    for (const P& p : products) total_rows += p.w->rows, work += p.w->rows * p.w->cols;
+    split(total_rows, kRowGrain, work * n_tokens,
+          [&](std::size_t begin, std::size_t end, std::size_t thread) {
+            std::size_t first = 0;
+            for (const P& p : products) {
+              const std::size_t lo = std::max(begin, first), hi = std::min(end, first + p.w->rows);
+              if (lo < hi) rows(p, lo - first, hi - first, thread);
+              first += p.w->rows;
+            }
+          });
   }
 
   // Checked before a job starts (kernels must not throw): the call fits the scratch.
