@@ -127,9 +127,8 @@ class Llama {
     float* normed = scratch.block.normed.data();
     final_norm_.forward(
         matrix_view<const float>(scratch.residual.data() + first * dim, n_rows, dim),
-        weights_.output_norm.as<float>(),
-        weights_.output_norm_bias.empty() ? nullptr : weights_.output_norm_bias.as<float>(),
-        matrix_view(normed, n_rows, dim), compute.kernels());
+        weights_.output_norm, weights_.output_norm_bias, matrix_view(normed, n_rows, dim),
+        compute.kernels());
     // The logits are what users compare. An output matrix of at most 6-bit weights (Q6_K in
     // Q4_0/Q4_K_M/Q6_K files, as llama.cpp writes them) runs on the 8-bit-activation kernels,
     // like every other projection: its own rounding is coarser than the activations', so the

@@ -117,8 +117,8 @@ class LlamaBlock {
     const bool post_norm = layout_ == BlockLayout::post_norm;
     const float* sublayer_in = post_norm ? x : s.normed.data();  // [n_tokens][dim]
     if (!post_norm)
-      norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.attn_norm.as<float>(),
-                    bias_of(weights_.attn_norm_bias), matrix_view(s.normed.data(), n_tokens, dim),
+      norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.attn_norm,
+                    weights_.attn_norm_bias, matrix_view(s.normed.data(), n_tokens, dim),
                     compute.kernels());
     const Compute::Product qkv[] = {
         {&weights_.wq, s.q.data()}, {&weights_.wk, s.k.data()}, {&weights_.wv, s.v.data()}};
@@ -176,8 +176,8 @@ class LlamaBlock {
     // A parallel block's FFN reads the norm attention read, still in s.normed (x before
     // attention's output joined it).
     if (!post_norm && layout_ != BlockLayout::parallel)
-      norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm.as<float>(),
-                    bias_of(weights_.ffn_norm_bias), matrix_view(s.normed.data(), n_tokens, dim),
+      norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm,
+                    weights_.ffn_norm_bias, matrix_view(s.normed.data(), n_tokens, dim),
                     compute.kernels());
     if (routing_.n_experts > 0) {
       const bool shared = !weights_.shared_expert.gate.empty();
@@ -196,17 +196,13 @@ class LlamaBlock {
   }
 
  private:
-  // A LayerNorm's bias ([dim]), or nullptr where the norm has none.
-  static const float* bias_of(const WeightTensor& bias) {
-    return bias.empty() ? nullptr : bias.as<float>();
-  }
   static void add_into(float* x, const float* y, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
   }
   // y: [rows][cols], each row RMS-normed with `weight` ([cols]) in place.
   void normalize_in_place(const Compute& compute, float* y, std::size_t rows, std::size_t cols,
                           const WeightTensor& weight) const {
-    norm_.forward(matrix_view<const float>(y, rows, cols), weight.as<float>(), nullptr,
+    norm_.forward(matrix_view<const float>(y, rows, cols), weight, WeightTensor{},
                   matrix_view(y, rows, cols), compute.kernels());
   }
 

@@ -117,7 +117,7 @@ class MixtureOfExperts {
         ffn * r.n_used <= s.token_gate.size() &&
         (compute.activation_blocks() == 0 || (ffn / 32) * r.n_used <= compute.activation_blocks());
     if (n_tokens == 1 && one_pass_fits)
-      forward_token(compute, w, r, activation, x, dim, out, s);
+      forward_token(compute, w, r, activation, x, dim, ffn, out, s);
     else
       forward_grouped(compute, w, r, activation, x, n_tokens, dim, out, s, gate_scratch,
                       up_scratch);
@@ -164,9 +164,9 @@ class MixtureOfExperts {
   // out = the chosen experts' outputs of one token (x: [dim]) weighed and summed in expert index
   // order, as forward()'s grouped loop sums them, so a token gets the same bits either way.
   static void forward_token(const Compute& compute, const MoeWeights& w, const ExpertRouting& r,
-                            GateActivation activation, const float* x, std::size_t dim, float* out,
-                            MoeScratch& s) {
-    const std::size_t k = r.n_used, ffn = (*w.experts)[s.chosen[0]].gate.rows;
+                            GateActivation activation, const float* x, std::size_t dim,
+                            std::size_t ffn, float* out, MoeScratch& s) {
+    const std::size_t k = r.n_used;
     for (std::size_t j = 0; j < k; ++j) s.order[j] = static_cast<std::uint32_t>(j);
     std::sort(s.order.begin(), s.order.end(),
               [&](std::uint32_t a, std::uint32_t b) { return s.chosen[a] < s.chosen[b]; });

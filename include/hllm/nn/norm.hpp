@@ -8,6 +8,7 @@
 
 #include "hllm/core/error.hpp"
 #include "hllm/core/tensor.hpp"
+#include "hllm/core/weight_tensor.hpp"
 #include "hllm/kernels/dispatch.hpp"
 
 namespace hllm {
@@ -30,7 +31,13 @@ class Norm {
   NormKind kind() const noexcept { return kind_; }
   float eps() const noexcept { return eps_; }
 
-  // x, out: [n_tokens][dim] (may alias), weight: [dim], bias: [dim] or nullptr (LayerNorm only).
+  // x, out: [n_tokens][dim] (may alias), weight: [1][dim] f32, bias: [1][dim] f32 or empty
+  // (none; LayerNorm only).
+  void forward(MatrixView<const float> x, const WeightTensor& weight, const WeightTensor& bias,
+               MatrixView<float> out, const kernels::KernelTable& kernels) const {
+    forward(x, weight.as<float>(), bias.empty() ? nullptr : bias.as<float>(), out, kernels);
+  }
+  // The same on raw vectors: weight: [dim], bias: [dim] or nullptr.
   void forward(MatrixView<const float> x, const float* weight, const float* bias,
                MatrixView<float> out, const kernels::KernelTable& kernels) const {
     for (std::size_t t = 0; t < x.extent(0); ++t) {
