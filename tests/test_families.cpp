@@ -89,6 +89,23 @@ void expect_family(const hllm::ModelConfig& c, const Family& f) {
     EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu);
     EXPECT_EQ(c.n_kv_heads, 1);
   }
+  if (f.arch() == "gemma3") {  // Gemma 2's variants, QK-norm, and a RoPE per kind of layer
+    EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu_tanh);
+    EXPECT_TRUE(c.scale_embeddings);
+    EXPECT_EQ(c.attn_softcap, 0.0f);
+    EXPECT_EQ(c.final_softcap, 20.0f);
+    EXPECT_EQ(c.sliding_window, 8);
+    EXPECT_EQ(c.sliding_window_pattern, 6);
+    EXPECT_EQ(c.window_rope_theta, 10000.0f);
+    EXPECT_EQ(c.rope.theta, 1e6f);
+    EXPECT_EQ(c.rope.scaling.type, hllm::RopeScalingType::linear);
+    EXPECT_EQ(c.rope.scaling.factor, 4.0f);
+    EXPECT_TRUE(c.uses_window_rope(4));
+    EXPECT_FALSE(c.uses_window_rope(5));
+    EXPECT_FLOAT_EQ(c.resolved_attention_scale(), 0.25f);  // 1/sqrt(16)
+    return;
+  }
+  EXPECT_EQ(c.window_rope_theta, 0.0f);
   if (f.sandwich()) {  // Gemma 2's goldens: every variant of the family, at the checkpoint's values
     EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu_tanh);
     EXPECT_TRUE(c.scale_embeddings);
@@ -196,18 +213,19 @@ TEST_P(FamilyCheckpoint, Q8_0ConversionStaysClose) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, FamilyCheckpoint,
-    ::testing::Values(Family{"qwen2", true, true, false},
-                      Family{"qwen3", false, false, false, hllm::QkNorm::per_head},
-                      Family{"phi3", false, false, true},
-                      Family{"gemma2", false, true, false, {}, hllm::BlockLayout::sandwich},
-                      Family{"mixtral", false, false, false, {}, {}, 4, true, "llama"},
-                      Family{"qwen2moe", true, false, false, {}, {}, 4},
-                      Family{"qwen3moe", false, false, false, hllm::QkNorm::per_head, {}, 4, true},
-                      Family{"olmoe", false, false, false, hllm::QkNorm::whole, {}, 4},
-                      Family{"olmo2", false, false, false, hllm::QkNorm::whole,
-                             hllm::BlockLayout::post_norm},
-                      Family{"command-r", false, true, false, {}, hllm::BlockLayout::parallel},
-                      Family{"falcon", false, true, true, {}, hllm::BlockLayout::parallel}),
+    ::testing::Values(
+        Family{"qwen2", true, true, false},
+        Family{"qwen3", false, false, false, hllm::QkNorm::per_head},
+        Family{"phi3", false, false, true},
+        Family{"gemma2", false, true, false, {}, hllm::BlockLayout::sandwich},
+        Family{"gemma3", false, true, false, hllm::QkNorm::per_head, hllm::BlockLayout::sandwich},
+        Family{"mixtral", false, false, false, {}, {}, 4, true, "llama"},
+        Family{"qwen2moe", true, false, false, {}, {}, 4},
+        Family{"qwen3moe", false, false, false, hllm::QkNorm::per_head, {}, 4, true},
+        Family{"olmoe", false, false, false, hllm::QkNorm::whole, {}, 4},
+        Family{"olmo2", false, false, false, hllm::QkNorm::whole, hllm::BlockLayout::post_norm},
+        Family{"command-r", false, true, false, {}, hllm::BlockLayout::parallel},
+        Family{"falcon", false, true, true, {}, hllm::BlockLayout::parallel}),
     [](const auto& p) {  // test names take no '-': command_r
       std::string name = p.param.name;
       std::replace(name.begin(), name.end(), '-', '_');
@@ -361,6 +379,89 @@ TEST(FamilyGguf, Gemma2DefaultsAreLlamaCppsAndTheWriterRefusesWhatFilesCannotHol
     x.architecture = "llama";
     x.rope.layout = hllm::RopeLayout::interleaved;
   }));
+}
+
+// What a gemma3 file leaves out, llama.cpp's gemma3 graph takes from its defaults: the windowed
+// layers' RoPE base 10000, no final soft-cap, a window pattern of 6 (a file's own is read), and
+// no window at all without attention.sliding_window; the writer refuses what files cannot hold.
+TEST(FamilyGguf, Gemma3DefaultsAreLlamaCppsAndTheWriterRefusesWhatFilesCannotHold) {
+  const hllm::HfModel hf = hllm::load_hf_model(kFamilies + "gemma3");
+  hllm::test::TempDir tmp;
+  const auto read_without = [&](std::initializer_list<const char*> keys) {
+    hllm::gguf::Writer out = hllm::gguf_model_writer(hf.config, hf.weights);
+    for (const char* key : keys) EXPECT_TRUE(out.remove(key)) << key;
+    out.write(tmp / "defaults.gguf");
+    return hllm::load_gguf_model(tmp / "defaults.gguf").config;
+  };
+  hllm::ModelConfig c =
+      read_without({"gemma3.rope.freq_base_swa", "gemma3.final_logit_softcapping"});
+  EXPECT_EQ(c.window_rope_theta, 10000.0f);
+  EXPECT_EQ(c.final_softcap, 0.0f);
+  EXPECT_EQ(c.sliding_window_pattern, 6);
+  c = read_without({"gemma3.attention.sliding_window"});
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_EQ(c.window_rope_theta, 0.0f);  // every layer global, on rope.freq_base
+  EXPECT_FALSE(c.uses_window_rope(0));
+  {
+    hllm::gguf::Writer out = hllm::gguf_model_writer(hf.config, hf.weights);
+    out.set("gemma3.attention.sliding_window_pattern", std::uint32_t{3});
+    out.set("gemma3.rope.freq_base_swa", 20000.0f);
+    out.write(tmp / "pattern.gguf");
+    const hllm::ModelConfig p = hllm::load_gguf_model(tmp / "pattern.gguf").config;
+    EXPECT_EQ(p.sliding_window_pattern, 3);
+    EXPECT_EQ(p.window_rope_theta, 20000.0f);
+    EXPECT_FALSE(p.uses_window_rope(2));
+  }
+
+  const auto refused = [&](const std::function<void(hllm::ModelConfig&)>& edit) {
+    hllm::ModelConfig bad = hf.config;
+    edit(bad);
+    return catch_error([&] { hllm::gguf_model_writer(bad, hf.weights); }).kind() ==
+           hllm::ErrorKind::unsupported;
+  };
+  EXPECT_TRUE(refused([](auto& x) { x.attn_softcap = 50.0f; }));  // llama.cpp reads no such key
+  EXPECT_TRUE(refused([](auto& x) { x.qk_norm = hllm::QkNorm::none; }));
+  EXPECT_TRUE(refused([](auto& x) { x.sliding_window_pattern = 2; }));
+  hllm::ModelConfig uncapped = hf.config;  // the final cap is optional in gemma3 files
+  uncapped.final_softcap = 0.0f;
+  EXPECT_NO_THROW(hllm::gguf_model_writer(uncapped, hf.weights));
+  const hllm::HfModel gemma2 = hllm::load_hf_model(kFamilies + "gemma2");
+  hllm::ModelConfig local_rope = gemma2.config;  // gemma2 files have one RoPE for all layers
+  local_rope.window_rope_theta = 10000.0f;
+  EXPECT_EQ(catch_error([&] { hllm::gguf_model_writer(local_rope, gemma2.weights); }).kind(),
+            hllm::ErrorKind::unsupported);
+}
+
+// Gemma 3's config.json: the windowed layers as layer_types lists them (newer transformers),
+// which must repeat a pattern; rope_local_base_freq defaults to 10000, is not read without a
+// window, and must be positive.
+TEST(FamilyHf, Gemma3LayerTypesAndLocalRope) {
+  const auto config = [] {
+    return nlohmann::json::parse(
+        hllm::io::read_text_file(kFamilies + "gemma3/config.json", "config.json"));
+  };
+  nlohmann::json j = config();
+  j.erase("sliding_window_pattern");
+  j["layer_types"] = {"sliding_attention", "sliding_attention", "full_attention",
+                      "sliding_attention", "sliding_attention", "full_attention"};
+  EXPECT_EQ(hllm::hf_model_config(j, "config.json").sliding_window_pattern, 3);
+  j["layer_types"][4] = "full_attention";
+  hllm::Error e = catch_error([&] { hllm::hf_model_config(j, "config.json"); });
+  EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
+  EXPECT_EQ(e.field(), "layer_types");
+  j["layer_types"] = {"sliding_attention"};  // one entry for six layers
+  EXPECT_EQ(catch_error([&] { hllm::hf_model_config(j, "config.json"); }).field(), "layer_types");
+  j.erase("layer_types");
+  j.erase("rope_local_base_freq");
+  EXPECT_EQ(hllm::hf_model_config(j, "config.json").window_rope_theta, 10000.0f);
+  EXPECT_EQ(hllm::hf_model_config(j, "config.json").sliding_window_pattern, 6);  // the class's
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(hllm::hf_model_config(j, "config.json").window_rope_theta, 0.0f);
+  j = config();
+  j["rope_local_base_freq"] = -1.0;
+  e = catch_error([&] { hllm::hf_model_config(j, "config.json"); });
+  EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
+  EXPECT_EQ(e.field(), "rope_local_base_freq");
 }
 
 // Command-R: a file without logit_scale gets none (llama.cpp's default; config.json's default

@@ -193,6 +193,11 @@ TEST(KVStateIdentity, FingerprintFollowsWhatShapesKeysAndValues) {
   hllm::ModelConfig with_bias = layer_norm;
   with_bias.norm_bias = true;
   EXPECT_NE(hllm::model_fingerprint(with_bias), hllm::model_fingerprint(layer_norm));
+  hllm::ModelConfig windowed = base;  // the windowed layers' own RoPE base (Gemma 3)
+  windowed.sliding_window = 64;
+  hllm::ModelConfig local_rope = windowed;
+  local_rope.window_rope_theta = 10000.0f;
+  EXPECT_NE(hllm::model_fingerprint(local_rope), hllm::model_fingerprint(windowed));
   const std::pair<const char*, Edit> same[] = {
       {"name", [](hllm::ModelConfig& c) { c.name = "other"; }},
       {"context_length", [](hllm::ModelConfig& c) { c.context_length = 4096; }},

@@ -44,12 +44,20 @@ Independent references
       both sublayers reading input_layernorm, an nn.LayerNorm with weight and bias; one KV head;
       q|k|v fused in query_key_value ([q heads | k | v] rows, `_split_heads`); FalconMLP's
       dense_4h_to_h(GELU()(dense_h_to_4h(x))), PyTorch's exact (erf) GELU; half-split RoPE.
+    - gemma3: transformers' models/gemma3/modeling_gemma3.py (added in 4.50): Gemma 2's
+      Gemma3DecoderLayer (sandwich norms, Gemma3RMSNorm's `x * (1.0 + self.weight.float())`),
+      Gemma3Attention's `self.q_norm(query_states)` / `self.k_norm(key_states)` (per head,
+      head_dim) before apply_rotary_pos_emb, `self.is_sliding = bool((layer_idx + 1) %
+      config.sliding_window_pattern)`, and Gemma3TextModel's two rotary tables: rotary_emb
+      (rope_theta, rope_scaling) for global layers, rotary_emb_local (rope_local_base_freq, no
+      scaling) for windowed ones; scaling = query_pre_attn_scalar ** -0.5;
+      Gemma3TextScaledWordEmbedding's `* self.embed_scale` (sqrt(hidden_size));
 * Where the pinned transformers has the class (Qwen2, Phi3, Gemma2, Mixtral, Qwen2Moe, Olmoe, Cohere,
   Falcon), its eager
   float64 forward,
   with the float32 casts inside kept in float64 as gen_goldens.py does for Llama, must agree
   with the textbook logits within 1e-9; the checkpoint is written by its save_pretrained.
-  Where it lacks the class (Qwen3, Qwen3Moe, Olmo2), config.json is written with the keys its
+  Where it lacks the class (Qwen3, Qwen3Moe, Olmo2, Gemma3), config.json is written with the keys its
   config class has and the tensors with the names its model uses.
 Deterministic: fixed seeds; a re-run writes identical files.
 """
@@ -193,7 +201,12 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
     """Textbook float64 forward of a pre-norm decoder with the family's variants. -> [T, vocab]."""
     T, eps, hd = tokens.numel(), cfg["rms_norm_eps"], cfg["head_dim"]
     H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    inv_freq = g.inv_freq_base(cfg["rope_theta"], hd)  # [hd/2]
+    # The global layers' RoPE (linear scaling where the config has it: Gemma 3's 4B and up) and
+    # the windowed layers' own, unscaled base where the family has one (Gemma 3's
+    # rope_local_base_freq: Gemma3TextModel's rotary_emb_local).
+    inv_freq = g.inv_freq_linear(cfg["rope_theta"], hd, cfg["rope_linear_factor"])  # [hd/2]
+    local_theta = cfg["rope_local_theta"] or cfg["rope_theta"]
+    inv_freq_local = g.inv_freq_base(local_theta, hd) if cfg["rope_local_theta"] else inv_freq
     pos = torch.arange(T)  # [T]
     scale = cfg["query_pre_attn_scalar"] ** -0.5 if cfg["query_pre_attn_scalar"] else None
     pattern, window = cfg["sliding_pattern"], cfg["sliding_window"]
@@ -227,12 +240,13 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
                 y = norm(y, p + f"self_attn.{name}_norm.weight")
             return y
 
-        q, k, v = project("q", H), project("k", KVH), project("v", KVH)
-        q = g.apply_rope(q, pos, inv_freq, cfg["rope"])  # HF rotate_half: [T, H, hd]
-        k = g.apply_rope(k, pos, inv_freq, cfg["rope"])  # [T, KVH, hd]
         # Layer l is windowed when pattern is 0 (all layers) or l % pattern < pattern - 1
         # (Gemma 2: pattern 2, the even layers; Gemma 3: 6).
         windowed = pattern == 0 or l % pattern < pattern - 1
+        rope_freq = inv_freq_local if windowed and window else inv_freq  # [hd/2]
+        q, k, v = project("q", H), project("k", KVH), project("v", KVH)
+        q = g.apply_rope(q, pos, rope_freq, cfg["rope"])  # HF rotate_half: [T, H, hd]
+        k = g.apply_rope(k, pos, rope_freq, cfg["rope"])  # [T, KVH, hd]
         a = g.attention(q, k, v, window if windowed else 0, scale=scale,
                         softcap=cfg["attn_softcap"]).reshape(T, H * hd)  # [T, H*hd]
         a = a @ w[p + "self_attn.o_proj.weight"].T  # [T, dim]
@@ -278,7 +292,8 @@ def base_config(**kw) -> dict:
                attn_softcap=0.0, final_softcap=0.0, query_pre_attn_scalar=None, sliding_window=0,
                sliding_pattern=0, norm_offset=0.0, n_experts=0, n_experts_used=0, expert_ffn=0,
                shared_ffn=0, norm_topk=False, mixtral_names=False, norm="rms", rope="neox",
-               logit_scale=0.0, norm_bias=False, gated=True)
+               logit_scale=0.0, norm_bias=False, gated=True, rope_linear_factor=1.0,
+               rope_local_theta=None)
     cfg.update(kw)
     return cfg
 
@@ -544,6 +559,21 @@ def olmo2_config(cfg: dict) -> dict:
             "pad_token_id": None}
 
 
+def gemma3_config(cfg: dict) -> dict:
+    """Gemma3TextConfig's keys (models/gemma3/configuration_gemma3.py, 4.50), as the Gemma 3 1B
+    checkpoint's config.json has them: no tie_word_embeddings (the class ties by default)."""
+    keys = {**common_config_keys(cfg), "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+            "attn_logit_softcapping": None, "cache_implementation": "hybrid",
+            "final_logit_softcapping": cfg["final_softcap"] or None, "head_dim": cfg["head_dim"],
+            "hidden_activation": "gelu_pytorch_tanh", "pad_token_id": 0,
+            "query_pre_attn_scalar": cfg["query_pre_attn_scalar"], "rope_local_base_freq": cfg["rope_local_theta"],
+            "rope_scaling": {"factor": cfg["rope_linear_factor"], "rope_type": "linear"},
+            "sliding_window": cfg["sliding_window"], "sliding_window_pattern": cfg["sliding_pattern"]}
+    assert cfg["tie_word_embeddings"]
+    del keys["hidden_act"], keys["tie_word_embeddings"]
+    return keys
+
+
 def write_checkpoint(out: Path, w: dict, config: dict) -> None:
     """config.json and model.safetensors as save_pretrained writes them, for a class the pinned
     transformers lacks: w holds the tensors under the names that class uses."""
@@ -568,7 +598,8 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
     hf_forward = {"qwen2": hf_qwen2_logits, "phi3": hf_phi3_logits, "gemma2": hf_gemma2_logits,
                   "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits, "olmoe": hf_olmoe_logits,
                   "command-r": hf_cohere_logits, "falcon": hf_falcon_logits}
-    hf_config = {"qwen3": qwen3_config, "qwen3moe": qwen3moe_config, "olmo2": olmo2_config}
+    hf_config = {"qwen3": qwen3_config, "qwen3moe": qwen3moe_config, "olmo2": olmo2_config,
+                 "gemma3": gemma3_config}
     if name in hf_forward:
         hf = hf_forward[name](out, w, cfg, tokens)
         err = g.assert_close(f"{name} textbook vs HF", ref, hf, g.TOL_F64)
@@ -627,6 +658,18 @@ def main(argv: list[str]) -> int:
     gen_family("falcon", 21, base_config(layout="parallel", norm="layer", norm_bias=True, gated=False,
                                          num_key_value_heads=1, intermediate_size=256,
                                          tie_word_embeddings=True, rms_norm_eps=1e-5, rope_theta=10000.0))
+    # Gemma 3 (the text model, Gemma3ForCausalLM): Gemma 2's sandwich norms, GeGLU and scaled
+    # embedding, Qwen3's per-head QK-norm (scaling by 1 + w, as every Gemma norm), a window (8)
+    # on five layers of six with their own RoPE base (10000, unscaled) while the sixth rotates
+    # with rope_theta and linear scaling (factor 4, as the 4B and larger checkpoints have 8);
+    # no attention soft-cap, a final one (20, where Gemma 3 has none, so that reading it shows;
+    # it bends only the largest of these logits, whose scale is ~10, and squashes no error).
+    # Six layers: llama.cpp's converter writes no window pattern, its reader takes 6.
+    gen_family("gemma3", 22, base_config(num_hidden_layers=6, layout="sandwich", activation="gelu_tanh",
+                                         qk_norm="head", embed_scale=True, tie_word_embeddings=True,
+                                         final_softcap=20.0, query_pre_attn_scalar=16, sliding_window=8,
+                                         sliding_pattern=6, norm_offset=1.0, rope_theta=1000000.0,
+                                         rope_linear_factor=4.0, rope_local_theta=10000.0))
     return 0
 
 

@@ -76,6 +76,8 @@ inline std::string gguf_key_of_config_field(const std::string& field) {
       {"head_dim", "attention.key_length"},
       {"rms_eps", "attention.layer_norm_rms_epsilon"},
       {"sliding_window", "attention.sliding_window"},
+      {"sliding_window_pattern", "attention.sliding_window_pattern"},
+      {"window_rope_theta", "rope.freq_base_swa"},
       {"n_experts", "expert_count"},
       {"n_experts_used", "expert_used_count"},
       {"expert_ffn_dim", "expert_feed_forward_length"},
@@ -177,7 +179,7 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
   if (arch.default_attn_softcap > 0.0f)
     c.attn_softcap = static_cast<float>(
         f.get_float_or(key("attn_logit_softcapping"), arch.default_attn_softcap));
-  if (arch.default_final_softcap > 0.0f)
+  if (arch.default_final_softcap > 0.0f || arch.optional_softcaps)
     c.final_softcap = static_cast<float>(
         f.get_float_or(key("final_logit_softcapping"), arch.default_final_softcap));
   for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
@@ -241,6 +243,9 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
     rope.freq_factors.resize(static_cast<std::size_t>(freqs->dims[0]));  // [rot_dims/2]
     std::memcpy(rope.freq_factors.data(), freqs->data, freqs->size_bytes);
   }
+  if (arch.window_rope_theta > 0.0f && c.sliding_window > 0)
+    c.window_rope_theta =
+        static_cast<float>(f.get_float_or(key("rope.freq_base_swa"), arch.window_rope_theta));
   c.tied_embeddings = arch.tied || f.find_tensor("output.weight") == nullptr;
   try {
     c.validate();
@@ -428,8 +433,11 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   if (c.n_experts > 0 && (c.shared_expert_ffn_dim > 0) != arch->shared_expert)
     refuse(c.shared_expert_ffn_dim > 0 ? "a shared expert" : "experts without a shared one");
   if ((arch->default_attn_softcap > 0.0f) != (c.attn_softcap > 0.0f) ||
-      (arch->default_final_softcap > 0.0f) != (c.final_softcap > 0.0f))
+      (!arch->optional_softcaps &&
+       (arch->default_final_softcap > 0.0f) != (c.final_softcap > 0.0f)))
     refuse("this config's soft-capping (llama.cpp reads none, or its own default, from them)");
+  if (c.window_rope_theta > 0.0f && arch->window_rope_theta == 0.0f)
+    refuse("a RoPE base of the windowed layers of their own");
   if (arch->default_window > 0 && c.sliding_window == 0)
     refuse("a model without a sliding window (llama.cpp gives it " +
            std::to_string(arch->default_window) + ")");
@@ -467,6 +475,7 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
       out.set(p + "expert_shared_feed_forward_length", u32(c.shared_expert_ffn_dim));
   }
   out.set(p + "rope.freq_base", c.rope.theta);
+  if (c.window_rope_theta > 0.0f) out.set(p + "rope.freq_base_swa", c.window_rope_theta);
   out.set(p + "rope.dimension_count",
           u32(c.rope.rot_dims != 0 ? c.rope.rot_dims : c.resolved_head_dim()));
   const RopeScaling& s = c.rope.scaling;

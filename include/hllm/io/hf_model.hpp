@@ -16,6 +16,7 @@
 // not aligned for its element type (legal in safetensors, unusual in practice) are copied to
 // aligned memory too, so typed reads never see a misaligned pointer.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -178,6 +179,37 @@ inline void hf_falcon_flags(const HfConfigReader& r, ModelConfig& c) {
   c.n_kv_heads = 1;  // multi_query
 }
 
+// Which layers have the window, for families that window some layers only: layer_types where
+// config.json has it (newer transformers: "sliding_attention" or "full_attention" per layer),
+// else sliding_window_pattern (Gemma 3's classes before it), else the family's pattern. Layer
+// types that repeat no such pattern are refused.
+inline void hf_window_pattern(const nlohmann::json& j, const HfConfigReader& r, ModelConfig& c) {
+  if (r.has("sliding_window_pattern"))
+    c.sliding_window_pattern = r.integer("sliding_window_pattern");
+  if (!j.contains("layer_types") || j.at("layer_types").is_null()) return;
+  const nlohmann::json& types = j.at("layer_types");
+  if (!types.is_array() || types.size() != static_cast<std::size_t>(c.n_layers))
+    r.fail(ErrorKind::format, "expected an array of one entry per layer", "layer_types");
+  std::vector<bool> windowed;  // [n_layers]
+  for (const nlohmann::json& t : types) {
+    if (t != "sliding_attention" && t != "full_attention")
+      r.fail(ErrorKind::format,
+             "layer type " + t.dump() + " (expected sliding_attention or full_attention)",
+             "layer_types");
+    windowed.push_back(t == "sliding_attention");
+  }
+  // The first global layer ends the pattern's period; none: every layer windowed (pattern 0).
+  const auto first_global = std::find(windowed.begin(), windowed.end(), false);
+  c.sliding_window_pattern =
+      first_global == windowed.end() ? 0 : (first_global - windowed.begin()) + 1;
+  const auto n = static_cast<std::size_t>(c.sliding_window_pattern);
+  for (std::size_t l = 0; l < windowed.size(); ++l)
+    if ((n == 0 || l % n < n - 1) != windowed[l])  // ModelConfig::window_of's rule
+      r.fail(ErrorKind::unsupported,
+             "windowed layers that repeat no pattern of n - 1 windowed and one global layer",
+             "layer_types");
+}
+
 }  // namespace detail
 
 // A ModelConfig from a parsed config.json (`path` names it in errors).
@@ -244,7 +276,7 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   c.sliding_window_pattern = arch->window_pattern;
   // Soft-caps: the class default when absent, none when null.
   const auto softcap = [&](const char* key, float fallback) {
-    if (fallback == 0.0f) return 0.0f;
+    if (fallback == 0.0f && !arch->optional_softcaps) return 0.0f;
     if (j.contains(key) && j.at(key).is_null()) return 0.0f;
     return static_cast<float>(r.number_or(key, fallback));
   };
@@ -274,12 +306,19 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
   c.rms_eps = static_cast<float>(r.number(arch->hf_key("rms_norm_eps")));
   if (arch->default_logit_scale > 0.0f)
     c.logit_scale = static_cast<float>(r.number_or("logit_scale", arch->default_logit_scale));
-  c.tied_embeddings = r.boolean_or("tie_word_embeddings", arch->tied || arch->hf_falcon_flags);
+  c.tied_embeddings = r.boolean_or("tie_word_embeddings", arch->hf_tied);
   if (r.has("head_dim")) {
     c.head_dim = r.integer("head_dim");
     if (c.n_heads > 0 && c.head_dim * c.n_heads == c.dim) c.head_dim = 0;  // the default
   }
   c.sliding_window = window_flagged ? 0 : r.integer_or("sliding_window", 0);  // Mistral; null: none
+  if (arch->window_pattern > 0) detail::hf_window_pattern(j, r, c);
+  if (arch->window_rope_theta > 0.0f && c.sliding_window > 0) {  // Gemma 3's local RoPE
+    const double theta = r.number_or("rope_local_base_freq", arch->window_rope_theta);
+    if (!(theta > 0.0) || !std::isfinite(theta))
+      r.fail(ErrorKind::format, "must be positive", "rope_local_base_freq");
+    c.window_rope_theta = static_cast<float>(theta);
+  }
 
   // Experts: Mixtral's num_local_experts (intermediate_size is an expert's width), Qwen2-MoE's
   // num_experts with moe_intermediate_size and shared_expert_intermediate_size.

@@ -110,7 +110,8 @@ inline std::uint64_t model_fingerprint(const ModelConfig& c) {
     add_float(c.attention_scale);
     add_float(c.attn_softcap);
   }
-  if (c.norm != NormKind::rms || c.norm_bias || !c.gated_ffn)  // LayerNorm, plain MLP families
+  if (c.window_rope_theta != 0.0f) add_float(c.window_rope_theta);  // the windowed layers' RoPE
+  if (c.norm != NormKind::rms || c.norm_bias || !c.gated_ffn)       // LayerNorm, plain MLP families
     for (const std::int64_t v :
          {static_cast<std::int64_t>(c.norm), std::int64_t{c.norm_bias}, std::int64_t{c.gated_ffn}})
       add(static_cast<std::uint64_t>(v));

@@ -48,15 +48,22 @@ struct Architecture {
   GateActivation activation = GateActivation::silu;
   bool scale_embeddings = false;
   // GGUF attn_logit_ and final_logit_softcapping are read, these when a file has none; 0:
-  // the family has no soft-capping.
+  // the family has no soft-capping, unless it is optional: then a file's final cap (and a
+  // config.json's two caps) apply, none when absent (Gemma 3, as llama.cpp's gemma3 graph).
   float default_attn_softcap = 0.0f;
   float default_final_softcap = 0.0f;
+  bool optional_softcaps = false;
   std::int64_t default_window = 0;  // sliding window when a GGUF file names none
   std::int64_t window_pattern = 0;  // ModelConfig::sliding_window_pattern of the family
-  float hf_norm_offset = 0.0f;      // HF norms scale by offset + w (Gemma: 1); GGUF holds the sum
+  // > 0: the windowed layers rotate with their own RoPE base (ModelConfig::window_rope_theta),
+  // this one where a file names none (GGUF rope.freq_base_swa, config.json
+  // rope_local_base_freq): Gemma 3's 10000, llama.cpp's default.
+  float window_rope_theta = 0.0f;
+  float hf_norm_offset = 0.0f;  // HF norms scale by offset + w (Gemma: 1); GGUF holds the sum
   // The output projection is the embedding in every GGUF file of the family (llama.cpp reads
-  // token_embd for it), and config.json's tie_word_embeddings defaults to true.
+  // token_embd for it).
   bool tied = false;
+  bool hf_tied = false;  // config.json's tie_word_embeddings defaults to true
   // Mixture of experts: the chosen experts' weights renormalized (ModelConfig's field), and
   // Mixtral's Hugging Face names (block_sparse_moe.experts.E.w1/w3/w2) rather than Qwen's
   // (mlp.experts.E.gate_proj/up_proj/down_proj).
@@ -117,7 +124,11 @@ struct Architecture {
 // difference: docs/formats.md; hllm follows the Hugging Face model), Hugging Face's names
 // under transformer.h.N.; output.weight where the file has it (llama.cpp's falcon graph falls
 // back on the embedding), while config.json ties them unless it says otherwise (FalconConfig
-// keeps PretrainedConfig's default).
+// keeps PretrainedConfig's default). gemma3 (the text model): Gemma 2's sandwich norms, GeGLU
+// and scaled embedding with Qwen3's per-head QK-norm, a window on five layers of every six
+// whose RoPE has its own base (rope.freq_base_swa, 10000 where absent; rope.freq_base and the
+// scaling are the global layers'), no attention soft-cap, a final one only where the file
+// says, output.weight where the file has it (llama.cpp's gemma3 graph).
 inline constexpr Architecture kArchitectures[] = {
     {.gguf = "llama",
      .hf = {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"},
@@ -167,6 +178,7 @@ inline constexpr Architecture kArchitectures[] = {
      .norm = NormKind::layer,
      .default_logit_scale = 0.0625f,
      .tied = true,
+     .hf_tied = true,
      .hf_key_renames = {{{"rms_norm_eps", "layer_norm_eps"}}}},
     {.gguf = "falcon",
      .hf = {"FalconForCausalLM", nullptr},
@@ -177,6 +189,7 @@ inline constexpr Architecture kArchitectures[] = {
      .norm_bias = true,
      .gated_ffn = false,
      .activation = GateActivation::gelu,
+     .hf_tied = true,
      .hf_layers = "transformer.h.",
      .hf_embedding = "transformer.word_embeddings.weight",
      .hf_final_norm = "transformer.ln_f",
@@ -200,7 +213,21 @@ inline constexpr Architecture kArchitectures[] = {
      .window_pattern = 2,
      .hf_norm_offset = 1.0f,
      .tied = true,
+     .hf_tied = true,
      .gguf_width_scaled_layers = 46},
+    {.gguf = "gemma3",
+     .hf = {"Gemma3ForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::neox,
+     .qk_norm = QkNorm::per_head,
+     .layout = BlockLayout::sandwich,
+     .activation = GateActivation::gelu_tanh,
+     .scale_embeddings = true,
+     .optional_softcaps = true,
+     .window_pattern = 6,
+     .window_rope_theta = 10000.0f,
+     .hf_norm_offset = 1.0f,
+     .hf_tied = true,
+     .gguf_width_scaled_layers = 62},
 };
 
 // The family whose GGUF name is `gguf`, or nullptr.

@@ -61,6 +61,9 @@ struct ModelConfig {
   // Which layers the window applies to: 0: every layer; n: layer l when l % n < n - 1, the
   // last of every n layers attending globally (Gemma 2: 2, the even layers; Gemma 3: 6).
   std::int64_t sliding_window_pattern = 0;
+  // > 0: the windowed layers rotate with this RoPE base, unscaled, and the others with `rope`
+  // (Gemma 3: 10000 locally, 1e6 and linear scaling globally); 0: every layer uses `rope`.
+  float window_rope_theta = 0.0f;
   bool tied_embeddings = false;  // output projection = token embedding
   bool qkv_bias = false;         // q, k and v projections add a bias (Qwen2)
   QkNorm qk_norm = QkNorm::none;
@@ -94,6 +97,18 @@ struct ModelConfig {
   std::int64_t window_of(std::int64_t layer) const {
     const std::int64_t n = sliding_window_pattern;
     return n == 0 || layer % n < n - 1 ? sliding_window : 0;
+  }
+  // Whether layer `layer` rotates with window_rope() rather than `rope`.
+  bool uses_window_rope(std::int64_t layer) const {
+    return window_rope_theta > 0.0f && window_of(layer) > 0;
+  }
+  // The RoPE of the windowed layers: `rope`'s layout and rotated dimensions, its own base.
+  RopeConfig window_rope() const {
+    RopeConfig r;
+    r.layout = rope.layout;
+    r.rot_dims = rope.rot_dims;
+    r.theta = window_rope_theta;
+    return r;
   }
   std::int64_t resolved_expert_ffn_dim() const {
     return expert_ffn_dim != 0 ? expert_ffn_dim : ffn_dim;
@@ -141,6 +156,12 @@ struct ModelConfig {
     if (sliding_window_pattern < 0)
       throw Error(ErrorKind::invalid_argument, "model config: sliding_window_pattern must be >= 0",
                   {}, "sliding_window_pattern");
+    if (window_rope_theta != 0.0f &&
+        (!(window_rope_theta > 0.0f) || !std::isfinite(window_rope_theta) || sliding_window == 0))
+      throw Error(ErrorKind::invalid_argument,
+                  "model config: window_rope_theta = " + std::to_string(window_rope_theta) +
+                      " (must be positive, and only with a sliding window)",
+                  {}, "window_rope_theta");
     if (n_experts != 0) {
       positive(n_experts, "n_experts");
       positive(n_experts_used, "n_experts_used");
@@ -183,6 +204,7 @@ struct ModelConfig {
       throw Error(ErrorKind::invalid_argument, "model config: experts are gated FFNs", {},
                   "gated_ffn");
     Rope(rope, resolved_head_dim());  // validates rot_dims, theta and scaling
+    if (window_rope_theta > 0.0f) Rope(window_rope(), resolved_head_dim());
   }
 };
 

@@ -34,11 +34,15 @@ struct ForwardScratch {
       : block(c, max_tokens),
         residual(max_tokens * c.dim),
         cos(max_tokens * half_rot),
-        sin(max_tokens * half_rot) {}
+        sin(max_tokens * half_rot),
+        window_cos(c.window_rope_theta > 0.0f ? max_tokens * half_rot : 0),
+        window_sin(c.window_rope_theta > 0.0f ? max_tokens * half_rot : 0) {}
   BlockScratch block;
-  AlignedBuffer<float> residual;  // [T][dim]
-  AlignedBuffer<float> cos;       // [T][rot_dims/2]
-  AlignedBuffer<float> sin;       // [T][rot_dims/2]
+  AlignedBuffer<float> residual;    // [T][dim]
+  AlignedBuffer<float> cos;         // [T][rot_dims/2]
+  AlignedBuffer<float> sin;         // [T][rot_dims/2]
+  AlignedBuffer<float> window_cos;  // [T][rot_dims/2] the windowed layers' (Gemma 3), else empty
+  AlignedBuffer<float> window_sin;  // [T][rot_dims/2]
 };
 
 template <class Spec = DynamicSpec>
@@ -52,6 +56,8 @@ class Llama {
       : config_((config.validate(), Spec::check(config), std::move(config))),
         weights_((validate_weights(config_, weights), std::move(weights))),
         rope_(config_.rope, config_.resolved_head_dim()),
+        window_rope_(config_.window_rope_theta > 0.0f ? config_.window_rope() : config_.rope,
+                     config_.resolved_head_dim()),
         final_norm_(config_.norm, config_.rms_eps) {
     blocks_.reserve(weights_.layers.size());
     for (std::size_t l = 0; l < weights_.layers.size(); ++l)
@@ -60,6 +66,8 @@ class Llama {
 
   const ModelConfig& config() const noexcept { return config_; }
   const ModelWeights& weights() const noexcept { return weights_; }
+  // The RoPE of the layers without a window (of every layer, unless the config gives the
+  // windowed ones their own: ModelConfig::window_rope_theta).
   const Rope& rope() const noexcept { return rope_; }
   const std::vector<LlamaBlock<Spec>>& blocks() const noexcept { return blocks_; }
   std::size_t vocab_size() const noexcept { return static_cast<std::size_t>(config_.vocab_size); }
@@ -111,12 +119,18 @@ class Llama {
                                 x + t * dim);
       if (config_.scale_embeddings)
         for (std::size_t i = 0; i < dim; ++i) x[t * dim + i] *= embedding_scale;
-      rope_.angles(static_cast<std::int64_t>(chunk.position(t)), scratch.cos.data() + t * half_rot,
-                   scratch.sin.data() + t * half_rot);
+      const auto position = static_cast<std::int64_t>(chunk.position(t));
+      rope_.angles(position, scratch.cos.data() + t * half_rot, scratch.sin.data() + t * half_rot);
+      if (config_.window_rope_theta > 0.0f)
+        window_rope_.angles(position, scratch.window_cos.data() + t * half_rot,
+                            scratch.window_sin.data() + t * half_rot);
     }
-    for (const auto& block : blocks_)
-      block.forward(compute, x, n, rope_, scratch.cos.data(), scratch.sin.data(), chunk,
-                    scratch.block);
+    for (std::size_t l = 0; l < blocks_.size(); ++l) {
+      const bool local = config_.uses_window_rope(static_cast<std::int64_t>(l));
+      blocks_[l].forward(compute, x, n, local ? window_rope_ : rope_,
+                         (local ? scratch.window_cos : scratch.cos).data(),
+                         (local ? scratch.window_sin : scratch.sin).data(), chunk, scratch.block);
+    }
   }
 
   // The logits of rows [first, first + n_rows) of scratch.residual (forward_hidden's output):
@@ -149,6 +163,7 @@ class Llama {
   ModelConfig config_;
   ModelWeights weights_;
   Rope rope_;
+  Rope window_rope_;  // the windowed layers' where the config gives them their own, else rope_'s
   Norm final_norm_;
   std::vector<LlamaBlock<Spec>> blocks_;
 };
