@@ -349,9 +349,10 @@ TEST_P(KernelIsa, AttentionMatchesReference) {
     }
 }
 
-// Query heads sharing a KV head, attended together (the tiled kernel for group sizes 1, 2, 4, 8
-// and head_dim a multiple of 16; one head at a time otherwise), against the reference one head
-// at a time: same bound as above. Key counts around the 16-key tile.
+// Query heads sharing a KV head, attended together (the tiled kernel for group sizes 1, 2, 4,
+// 8 and 16 and head_dim a multiple of 16 up to 576; one head at a time otherwise), against the
+// reference one head at a time: same bound as above. Key counts around the 16-key tile; latent
+// attention's 16 heads over rows of 576 too.
 template <class KV>
 void check_grouped_attention(Isa isa, std::size_t group, std::size_t n_keys, std::size_t head_dim) {
   const auto q = hllm::test::random_vector(group * head_dim, 15);
@@ -380,6 +381,11 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
           check_grouped_attention<hllm::BlockFP8>(GetParam(), group, n_keys, head_dim);
         }
       }
+  for (std::size_t n_keys : {1u, 17u, 100u}) {  // DeepSeek's latent rows: 16 heads, 512 + 64
+    check_grouped_attention<hllm::f16>(GetParam(), 16, n_keys, 576);
+    check_grouped_attention<hllm::BlockQ8_0>(GetParam(), 16, n_keys, 576);
+    check_grouped_attention<float>(GetParam(), 16, n_keys, 592);  // past the tiled kernel's rows
+  }
 }
 
 // One key, so softmax gives it weight 1 and every attention path returns its value row exactly

@@ -156,13 +156,16 @@ inline void attend_head(const float* q, const Rows& keys, const Rows& values, st
 // values → head_dim vectors of 16 keys) so each query's 16 scores come from head_dim FMAs with
 // no horizontal sums; softmax runs on the 16-lane score vectors and the value pass keeps G
 // accumulators per 16 dimensions in registers. Same online softmax as attend_head.
-// q: [G][head_dim], keys, values: n_keys rows, out: [G][head_dim]; head_dim % 16 == 0.
+// q: [G][head_dim], keys, values: n_keys rows, out: [G][head_dim]; head_dim % 16 == 0 and at
+// most kMaxTiledHeadDim: the 576 of latent attention's one row per token (DeepSeek's 512 + 64,
+// read by all 16 heads), which a tile of keys transposes into 36 KB.
+inline constexpr std::size_t kMaxTiledHeadDim = 576;
 template <std::size_t G, class Rows>
 inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& values,
                                std::size_t n_keys, std::size_t head_dim, AttentionScoring scoring,
                                float* out) {
   constexpr std::size_t kKeys = 16;
-  alignas(64) float key_columns[256 * kKeys];  // [head_dim][16 keys], head_dim <= 256
+  alignas(64) float key_columns[kMaxTiledHeadDim * kKeys];  // [head_dim][16 keys]
   alignas(64) float p[G][kKeys];
   // Per head, in 16 lanes so that one vector exp rescales every head (lanes >= G stay 0).
   alignas(64) float running_max[16] = {}, new_max[16] = {}, correction[16];
@@ -248,12 +251,13 @@ inline void attend_group(const float* q, const Rows& keys, const Rows& values, s
                          std::size_t head_dim, std::size_t group, AttentionScoring scoring,
                          float* out) {
 #if HLLM_ISA_LEVEL == 2
-  if (head_dim % 16 == 0 && head_dim <= 256) {
+  if (head_dim % 16 == 0 && head_dim <= kMaxTiledHeadDim) {
     switch (group) {
       case 1: return attend_group_tiles<1>(q, keys, values, n_keys, head_dim, scoring, out);
       case 2: return attend_group_tiles<2>(q, keys, values, n_keys, head_dim, scoring, out);
       case 4: return attend_group_tiles<4>(q, keys, values, n_keys, head_dim, scoring, out);
       case 8: return attend_group_tiles<8>(q, keys, values, n_keys, head_dim, scoring, out);
+      case 16: return attend_group_tiles<16>(q, keys, values, n_keys, head_dim, scoring, out);
       default: break;
     }
   }
