@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <ostream>
 #include <span>
@@ -70,7 +71,7 @@ void expect_family(const hllm::ModelConfig& c, const Family& f) {
   EXPECT_EQ(c.layout, f.layout);
   // HF's rows, which these families' GGUF files keep (llama's converter permutes them);
   // Cohere's checkpoints hold interleaved pairs already.
-  if (f.arch() == "command-r") {
+  if (f.arch() == "command-r" || f.arch() == "deepseek2") {
     EXPECT_EQ(c.rope.layout, hllm::RopeLayout::interleaved);
   } else if (f.arch() != "llama") {
     EXPECT_EQ(c.rope.layout, hllm::RopeLayout::neox);
@@ -88,6 +89,24 @@ void expect_family(const hllm::ModelConfig& c, const Family& f) {
   if (falcon) {
     EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu);
     EXPECT_EQ(c.n_kv_heads, 1);
+  }
+  if (f.arch() == "deepseek2") {  // latent attention, YaRN's score factor, DeepSeek's experts
+    EXPECT_EQ(c.kv_lora_rank, 64);
+    EXPECT_EQ(c.q_lora_rank, 0);
+    EXPECT_EQ(c.mla_nope_dim, 32);
+    EXPECT_EQ(c.mla_v_dim, 32);
+    EXPECT_EQ(c.rope.rot_dims, 16);
+    EXPECT_EQ(c.head_dim, 80);
+    EXPECT_EQ(c.n_kv_heads, 1);
+    EXPECT_EQ(c.rope.scaling.type, hllm::RopeScalingType::yarn);
+    EXPECT_EQ(c.rope.scaling.factor, 4.0f);
+    EXPECT_EQ(c.rope.scaling.attention_factor, 1.0f);  // cos and sin unscaled
+    const double mscale = 0.1 * 0.707 * std::log(4.0) + 1.0;
+    EXPECT_NEAR(c.resolved_attention_scale(), mscale * mscale / std::sqrt(48.0), 1e-6);
+    EXPECT_EQ(c.n_dense_layers, 1);
+    EXPECT_EQ(c.shared_expert_ffn_dim, 64);  // two shared experts of 32
+    EXPECT_TRUE(c.shared_expert_ungated);
+    EXPECT_EQ(c.expert_weights_scale, 2.0f);
   }
   if (f.arch() == "gemma3") {  // Gemma 2's variants, QK-norm, and a RoPE per kind of layer
     EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu_tanh);
@@ -145,7 +164,8 @@ TEST_P(FamilyCheckpoint, GgufConversionLogitsMatchTheReference) {
     EXPECT_FALSE(file.has("llama.embedding_length"));
   }
   EXPECT_EQ(file.find_tensor("blk.1.ffn_gate_exps.weight") != nullptr, f.experts > 0);
-  EXPECT_EQ(file.find_tensor("blk.1.ffn_down_shexp.weight") != nullptr, f.arch() == "qwen2moe");
+  EXPECT_EQ(file.find_tensor("blk.1.ffn_down_shexp.weight") != nullptr,
+            f.arch() == "qwen2moe" || f.arch() == "deepseek2");
   EXPECT_EQ(file.find_tensor("blk.1.attn_k.bias") != nullptr, f.qkv_bias);
   EXPECT_EQ(file.find_tensor("blk.1.attn_k_norm.weight") != nullptr,
             f.qk_norm != hllm::QkNorm::none);
@@ -225,6 +245,7 @@ INSTANTIATE_TEST_SUITE_P(
         Family{"olmoe", false, false, false, hllm::QkNorm::whole, {}, 4},
         Family{"olmo2", false, false, false, hllm::QkNorm::whole, hllm::BlockLayout::post_norm},
         Family{"command-r", false, true, false, {}, hllm::BlockLayout::parallel},
+        Family{"deepseek2", false, false, false, {}, {}, 4},
         Family{"falcon", false, true, true, {}, hllm::BlockLayout::parallel}),
     [](const auto& p) {  // test names take no '-': command_r
       std::string name = p.param.name;

@@ -198,6 +198,29 @@ TEST(KVStateIdentity, FingerprintFollowsWhatShapesKeysAndValues) {
   hllm::ModelConfig local_rope = windowed;
   local_rope.window_rope_theta = 10000.0f;
   EXPECT_NE(hllm::model_fingerprint(local_rope), hllm::model_fingerprint(windowed));
+  hllm::ModelConfig experts = base;  // DeepSeek's experts: dense leading layers, an ungated
+  experts.n_experts = 4;             // shared expert, scaled weights
+  experts.n_experts_used = 2;
+  experts.shared_expert_ffn_dim = 64;
+  const std::uint64_t experts_fp = hllm::model_fingerprint(experts);
+  for (void (*edit)(hllm::ModelConfig&) :
+       {+[](hllm::ModelConfig& c) { c.n_dense_layers = 1; },
+        +[](hllm::ModelConfig& c) { c.shared_expert_ungated = true; },
+        +[](hllm::ModelConfig& c) { c.expert_weights_scale = 2.0f; }}) {
+    hllm::ModelConfig c = experts;
+    edit(c);
+    EXPECT_NE(hllm::model_fingerprint(c), experts_fp);
+  }
+  hllm::ModelConfig latent = base;  // latent attention: its widths beyond the cache's shape
+  latent.n_kv_heads = 1;
+  latent.kv_lora_rank = 64;
+  latent.rope.rot_dims = 16;
+  latent.head_dim = 80;
+  latent.mla_nope_dim = 32;
+  latent.mla_v_dim = 32;
+  hllm::ModelConfig latent_v = latent;
+  latent_v.mla_v_dim = 64;
+  EXPECT_NE(hllm::model_fingerprint(latent), hllm::model_fingerprint(latent_v));
   const std::pair<const char*, Edit> same[] = {
       {"name", [](hllm::ModelConfig& c) { c.name = "other"; }},
       {"context_length", [](hllm::ModelConfig& c) { c.context_length = 4096; }},

@@ -454,6 +454,14 @@ TEST(Presets, RealDimensions) {
   EXPECT_NO_THROW(hllm::presets::TinyLlama_1_1B<>::check(tiny));
   EXPECT_NO_THROW(hllm::presets::Llama3_2_1B<>::check(l32));
   EXPECT_THROW(hllm::presets::TinyLlama_1_1B<>::check(l3), hllm::Error);
+  // DeepSeek-V2-Lite: the cache's one row of 512 + 64 per token, 192-wide heads before
+  // absorption, YaRN's mscale on the scores.
+  const auto ds = hllm::presets::DeepSeek_V2_Lite<>::config();
+  EXPECT_NO_THROW(hllm::presets::DeepSeek_V2_Lite<>::check(ds));
+  EXPECT_EQ(ds.kv_dim(), 576);
+  EXPECT_EQ(ds.mla_q_head_dim(), 192);
+  EXPECT_NEAR(ds.resolved_attention_scale(), 0.11472, 1e-5);  // (1 + 0.0707 ln 40)² / sqrt(192)
+  EXPECT_EQ(ds.shared_expert_ffn_dim, 2816);
 }
 
 TEST(Presets, FixedShapeTypeRefusesOtherShapes) {

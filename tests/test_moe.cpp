@@ -6,16 +6,22 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "hllm/core/thread_pool.hpp"
 #include "hllm/io/quantize.hpp"
 #include "hllm/kernels/reference.hpp"
+#include "hllm/model/llama.hpp"
+#include "hllm/model/session.hpp"
 #include "hllm/nn/moe.hpp"
 #include "test_util.hpp"
+#include "typed_weights.hpp"
 
 namespace {
 
@@ -51,6 +57,18 @@ TEST(ExpertRouting, WeightsAreTheSoftmaxProbabilitiesOrTheirShareOfTheChosen) {
   // k = n_experts: every expert, best first, weights the whole softmax.
   EXPECT_EQ(route(logits, 4, 4, false, &w), (std::vector<std::uint32_t>{2, 3, 0, 1}));
   EXPECT_NEAR(w[0] + w[1] + w[2] + w[3], 1.0, 1e-6);
+}
+
+// DeepSeek's routed_scaling_factor: the weights times the scale, after renormalization.
+TEST(ExpertRouting, ScaleMultipliesTheWeightsAfterRenormalization) {
+  const std::vector<float> logits{0.5f, -1.0f, 2.0f, 1.0f};
+  std::vector<float> plain, scaled(2);
+  route(logits, 4, 2, true, &plain);
+  std::vector<std::uint32_t> chosen(2);
+  hllm::route_tokens({4, 2, true, 2.5f}, logits.data(), 1, chosen.data(), scaled.data());
+  EXPECT_EQ(chosen, (std::vector<std::uint32_t>{2, 3}));
+  EXPECT_NEAR(scaled[0], 2.5f * plain[0], 1e-6);
+  EXPECT_NEAR(scaled[0] + scaled[1], 2.5, 1e-6);
 }
 
 // Small float experts, a router, and the direct sum the grouped forward must equal.
@@ -174,6 +192,78 @@ TEST(MixtureOfExperts, ChunkEqualsItsTokensOneAtATime) {
       EXPECT_TRUE(all_close(chunk, single, 1e-6f));
       EXPECT_TRUE(all_close(single, m.direct(x, r), 1e-5f));
     }
+}
+
+// DeepSeek's shared experts: no gate, their output added as it is, to the scaled experts' sum,
+// on every ISA, a chunk and a token alone.
+TEST(MixtureOfExperts, UngatedSharedExpertIsAddedAsItIs) {
+  Experts m(4, 80);
+  const hllm::FeedForwardWeights shared{m.tensor(Experts::kFfn, Experts::kDim, 81),
+                                        m.tensor(Experts::kFfn, Experts::kDim, 82),
+                                        m.tensor(Experts::kDim, Experts::kFfn, 83)};
+  const std::vector<float> x = hllm::test::random_vector(6 * Experts::kDim, 84);
+  const hllm::ExpertRouting r{4, 2, false, 1.5f};
+  std::vector<float> expected = m.direct(x, r), gate(Experts::kFfn), up(Experts::kFfn),
+                     act(Experts::kFfn), y(Experts::kDim);
+  for (std::size_t t = 0; t < 6; ++t) {
+    const float* xt = x.data() + t * Experts::kDim;
+    hllm::reference::matmul(shared.gate, xt, 1, gate.data());
+    hllm::reference::matmul(shared.up, xt, 1, up.data());
+    hllm::reference::silu_mul(gate.data(), up.data(), Experts::kFfn, act.data());
+    hllm::reference::matmul(shared.down, act.data(), 1, y.data());
+    for (std::size_t d = 0; d < Experts::kDim; ++d) expected[t * Experts::kDim + d] += y[d];
+  }
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    hllm::ThreadPool pool(2);
+    const hllm::Compute compute(hllm::kernels::table_for(isa), pool);
+    for (const std::size_t tokens : {6u, 1u}) {
+      hllm::MoeScratch scratch(tokens, Experts::kDim, Experts::kFfn, r);
+      std::vector<float> out(tokens * Experts::kDim), g(tokens * Experts::kFfn),
+          u(tokens * Experts::kFfn);
+      hllm::MixtureOfExperts::forward(compute, {&m.router, &m.experts, &shared, nullptr}, r,
+                                      hllm::GateActivation::silu, x.data(), tokens, Experts::kDim,
+                                      out.data(), scratch, g.data(), u.data());
+      EXPECT_TRUE(all_close(out, std::span(expected).first(out.size()), 1e-5f)) << tokens;
+    }
+  }
+}
+
+// An expert model's leading dense layers (DeepSeek's first_k_dense_replace) hold the dense
+// FFN's tensors and the later layers the experts', in file order; a model whose layers are all
+// dense computes what the same weights give a model without experts.
+TEST(MixtureOfExperts, LeadingDenseLayersRunTheDenseFfn) {
+  hllm::ModelConfig c = hllm::test::two_layer_gqa_config();
+  c.n_experts = 4;
+  c.n_experts_used = 2;
+  c.expert_ffn_dim = 64;
+  c.n_dense_layers = 1;
+  std::vector<std::string> names;
+  for (const hllm::TensorSpec& s : hllm::model_tensor_specs(c)) names.push_back(s.name);
+  const auto has = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  EXPECT_TRUE(has("blk.0.ffn_gate.weight"));
+  EXPECT_FALSE(has("blk.0.ffn_gate_inp.weight"));
+  EXPECT_TRUE(has("blk.1.ffn_gate_inp.weight"));
+  EXPECT_TRUE(has("blk.1.ffn_down.3.weight"));
+  EXPECT_FALSE(has("blk.1.ffn_gate.weight"));
+  EXPECT_EQ(names.size(), hllm::model_tensor_count(c));
+  for (std::size_t i = 0; i < names.size(); ++i)
+    EXPECT_EQ(hllm::model_tensor_spec(c, i).name, names[i]);
+
+  c.n_dense_layers = c.n_layers;  // every layer dense: the experts are never built or read
+  hllm::ModelConfig dense = c;
+  dense.n_experts = dense.n_experts_used = dense.expert_ffn_dim = dense.n_dense_layers = 0;
+  const hllm::ModelWeights weights = hllm::random_weights(dense, hllm::DType::f32, 5);
+  EXPECT_EQ(hllm::model_tensor_specs(c).size(), hllm::model_tensor_specs(dense).size());
+  const std::vector<std::int32_t> tokens{1, 5, 9, 2, 7};
+  const hllm::Llama<> expert_model(c, weights), dense_model(dense, weights);
+  hllm::Session<> with_experts(expert_model, {.threads = 2});
+  hllm::Session<> without(dense_model, {.threads = 2});
+  const std::span<const float> a = with_experts.prefill(tokens, hllm::Logits::all);
+  EXPECT_TRUE(all_close(std::vector<float>(a.begin(), a.end()),
+                        without.prefill(tokens, hllm::Logits::all), 0.0f));
 }
 
 // With 8-bit activations (Q8_0 experts, a session's Compute): a token alone runs its experts'

@@ -49,7 +49,7 @@ def train_tokenizer(out: Path) -> None:
 
 # Runs the converter (argv[1], its arguments after it) with torch's missing dtypes stood in,
 # and the vocabulary of classes that read only a byte-level BPE tokenizer (TextModel's default
-# set_vocab: Qwen2-MoE) taken from the SentencePiece model first, as Qwen2Model's own set_vocab
+# set_vocab: Qwen2-MoE; DeepseekV2Model's) taken from the SentencePiece model first, as Qwen2Model's own set_vocab
 # does: a tiny BPE tokenizer trained here would not pass the converter's check of known
 # pre-tokenizers. Only the vocabulary comes another way; metadata and tensors are the
 # converter's own.
@@ -66,6 +66,8 @@ def set_vocab(self):
     except FileNotFoundError:
         self._set_vocab_gpt2()
 base.TextModel.set_vocab = set_vocab
+import conversion.deepseek as deepseek  # its own set_vocab reads only byte-level BPE too
+deepseek.DeepseekV2Model.set_vocab = set_vocab
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """

@@ -52,12 +52,20 @@ Independent references
       (rope_theta, rope_scaling) for global layers, rotary_emb_local (rope_local_base_freq, no
       scaling) for windowed ones; scaling = query_pre_attn_scalar ** -0.5;
       Gemma3TextScaledWordEmbedding's `* self.embed_scale` (sqrt(hidden_size));
+    - deepseek2: DeepSeek-V2's modeling_deepseek.py (remote code; transformers added
+      DeepseekV2 after the pinned version): DeepseekV2Attention's q_proj, kv_a_proj_with_mqa
+      split into the latent and k_pe, kv_b_proj(kv_a_layernorm(latent)) split per head into
+      k_nope and the values, apply_rotary_pos_emb's pairs (2i, 2i + 1), softmax_scale =
+      q_head_dim ** -0.5 · yarn_get_mscale(factor, mscale_all_dim)², cos and sin times
+      yarn_get_mscale(mscale) / yarn_get_mscale(mscale_all_dim); DeepseekV2MoE's softmax
+      gate, greedy top-k, `topk_weight * self.routed_scaling_factor` (norm_topk_prob false),
+      shared_experts added ungated; DeepseekV2MLP below first_k_dense_replace;
 * Where the pinned transformers has the class (Qwen2, Phi3, Gemma2, Mixtral, Qwen2Moe, Olmoe, Cohere,
   Falcon), its eager
   float64 forward,
   with the float32 casts inside kept in float64 as gen_goldens.py does for Llama, must agree
   with the textbook logits within 1e-9; the checkpoint is written by its save_pretrained.
-  Where it lacks the class (Qwen3, Qwen3Moe, Olmo2, Gemma3), config.json is written with the keys its
+  Where it lacks the class (Qwen3, Qwen3Moe, Olmo2, Gemma3, DeepseekV2), config.json is written with the keys its
   config class has and the tensors with the names its model uses.
 Deterministic: fixed seeds; a re-run writes identical files.
 """
@@ -282,6 +290,122 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
     if cfg["logit_scale"]:  # Cohere
         logits = logits * cfg["logit_scale"]
     return softcap(logits, cfg["final_softcap"])  # [T, vocab]
+
+
+def random_deepseek2_checkpoint(rng: g.Rng, cfg: dict) -> dict:
+    """HF-named tensors of a DeepseekV2ForCausalLM: latent attention, leading dense layers, then
+    experts with ungated shared experts."""
+    dim, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    nope, rot, v, lora = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
+    w = {"model.embed_tokens.weight": rng.normal(cfg["vocab_size"], dim)}  # [vocab, dim]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        w[p + "input_layernorm.weight"] = rng.norm_weight(dim)  # [dim]
+        w[p + "self_attn.q_proj.weight"] = rng.linear(H * (nope + rot), dim)  # [H*(nope+rot), dim]
+        w[p + "self_attn.kv_a_proj_with_mqa.weight"] = rng.linear(lora + rot, dim)  # [lora+rot, dim]
+        w[p + "self_attn.kv_a_layernorm.weight"] = rng.norm_weight(lora)  # [lora]
+        w[p + "self_attn.kv_b_proj.weight"] = rng.linear(H * (nope + v), lora)  # [H*(nope+v), lora]
+        w[p + "self_attn.o_proj.weight"] = rng.linear(dim, H * v)  # [dim, H*v]
+        w[p + "post_attention_layernorm.weight"] = rng.norm_weight(dim)  # [dim]
+        if l < cfg["first_k_dense_replace"]:
+            ffn = cfg["intermediate_size"]
+            w[p + "mlp.gate_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
+            w[p + "mlp.up_proj.weight"] = rng.linear(ffn, dim)  # [ffn, dim]
+            w[p + "mlp.down_proj.weight"] = rng.linear(dim, ffn)  # [dim, ffn]
+            continue
+        eff, sff = cfg["moe_intermediate_size"], cfg["moe_intermediate_size"] * cfg["n_shared_experts"]
+        w[p + "mlp.gate.weight"] = rng.linear(cfg["n_routed_experts"], dim)  # [E, dim]
+        for e in range(cfg["n_routed_experts"]):
+            q = p + f"mlp.experts.{e}."
+            w[q + "gate_proj.weight"] = rng.linear(eff, dim)  # [eff, dim]
+            w[q + "up_proj.weight"] = rng.linear(eff, dim)  # [eff, dim]
+            w[q + "down_proj.weight"] = rng.linear(dim, eff)  # [dim, eff]
+        q = p + "mlp.shared_experts."
+        w[q + "gate_proj.weight"] = rng.linear(sff, dim)  # [sff, dim]
+        w[q + "up_proj.weight"] = rng.linear(sff, dim)  # [sff, dim]
+        w[q + "down_proj.weight"] = rng.linear(dim, sff)  # [dim, sff]
+    w["model.norm.weight"] = rng.norm_weight(dim)  # [dim]
+    w["lm_head.weight"] = rng.normal(cfg["vocab_size"], dim, std=1.0 / math.sqrt(dim))  # [vocab, dim]
+    return w
+
+
+def yarn_get_mscale(scale: float, mscale: float) -> float:
+    """modeling_deepseek.py's yarn_get_mscale."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def deepseek2_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
+    """Textbook float64 forward of DeepseekV2ForCausalLM (DeepSeek-V2's modeling_deepseek.py).
+    -> [T, vocab]."""
+    T, eps, dim = tokens.numel(), cfg["rms_norm_eps"], cfg["hidden_size"]
+    H, nope, rot, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    lora, q_head = cfg["kv_lora_rank"], cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    ys = cfg["rope_scaling"]
+    # DeepseekV2YarnRotaryEmbedding: YaRN's frequencies (as HF's _compute_yarn_parameters), cos
+    # and sin times mscale(mscale) / mscale(mscale_all_dim); DeepseekV2Attention's
+    # softmax_scale = q_head ** -0.5 · mscale(mscale_all_dim)².
+    inv_freq, _ = g.yarn_params(cfg["rope_theta"], rot, ys["factor"], ys["original_max_position_embeddings"],
+                                ys["beta_fast"], ys["beta_slow"])  # [rot/2]
+    cos_scale = yarn_get_mscale(ys["factor"], ys["mscale"]) / yarn_get_mscale(ys["factor"], ys["mscale_all_dim"])
+    scale = q_head ** -0.5 * yarn_get_mscale(ys["factor"], ys["mscale_all_dim"]) ** 2
+    pos = torch.arange(T)  # [T]
+    h = w["model.embed_tokens.weight"][tokens]  # [T, dim]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        n = g.rmsnorm(h, w[p + "input_layernorm.weight"], eps)  # [T, dim]
+        q = (n @ w[p + "self_attn.q_proj.weight"].T).reshape(T, H, q_head)  # [T, H, nope+rot]
+        q_nope, q_pe = q[..., :nope], q[..., nope:]
+        ckv = n @ w[p + "self_attn.kv_a_proj_with_mqa.weight"].T  # [T, lora+rot]
+        c, k_pe = ckv[:, :lora], ckv[:, lora:]
+        # kv_b_proj(kv_a_layernorm(c)): per head [k_nope | value]
+        kv = (g.rmsnorm(c, w[p + "self_attn.kv_a_layernorm.weight"], eps)
+              @ w[p + "self_attn.kv_b_proj.weight"].T).reshape(T, H, nope + v)  # [T, H, nope+v]
+        k_nope, value = kv[..., :nope], kv[..., nope:]
+        # apply_rotary_pos_emb's view(d // 2, 2).transpose: pairs (2i, 2i + 1), interleaved
+        q_pe = g.apply_rope(q_pe, pos, inv_freq, "interleaved", cos_scale)  # [T, H, rot]
+        k_pe = g.apply_rope(k_pe[:, None, :], pos, inv_freq, "interleaved", cos_scale)  # [T, 1, rot]
+        query = torch.cat([q_nope, q_pe], -1)  # [T, H, q_head]
+        key = torch.cat([k_nope, k_pe.expand(T, H, rot)], -1)  # [T, H, q_head]
+        scores = torch.einsum("thd,shd->hts", query, key) * scale  # [H, T, T]
+        scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        a = torch.einsum("hts,shd->thd", torch.softmax(scores, -1), value).reshape(T, H * v)  # [T, H*v]
+        h = h + a @ w[p + "self_attn.o_proj.weight"].T
+        m = g.rmsnorm(h, w[p + "post_attention_layernorm.weight"], eps)  # [T, dim]
+        if l < cfg["first_k_dense_replace"]:
+            f = g.swiglu(m, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"], w[p + "mlp.down_proj.weight"])
+        else:
+            # DeepseekV2MoE: softmax scores, greedy top-k, the weights times routed_scaling_factor
+            # (not renormalized: norm_topk_prob false), plus the ungated shared experts.
+            probs = torch.softmax(m @ w[p + "mlp.gate.weight"].T, dim=-1)  # [T, E]
+            f = torch.zeros_like(m)  # [T, dim]
+            for t in range(T):
+                order = sorted(range(cfg["n_routed_experts"]), key=lambda e: (-float(probs[t, e]), e))
+                for e in order[:cfg["num_experts_per_tok"]]:
+                    q = p + f"mlp.experts.{e}."
+                    f[t] += probs[t, e] * cfg["routed_scaling_factor"] * g.swiglu(
+                        m[t:t + 1], w[q + "gate_proj.weight"], w[q + "up_proj.weight"], w[q + "down_proj.weight"])[0]
+            q = p + "mlp.shared_experts."
+            f = f + g.swiglu(m, w[q + "gate_proj.weight"], w[q + "up_proj.weight"], w[q + "down_proj.weight"])
+        h = h + f
+    return g.rmsnorm(h, w["model.norm.weight"], eps) @ w["lm_head.weight"].T  # [T, vocab]
+
+
+def deepseek2_config(cfg: dict) -> dict:
+    """DeepseekV2Config's keys (configuration_deepseek.py), as DeepSeek-V2-Lite's config.json has
+    them."""
+    keys = {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                "num_attention_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+                                "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                "n_shared_experts", "first_k_dense_replace", "routed_scaling_factor",
+                                "rope_scaling")}
+    return {**keys, "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+            "attention_bias": False, "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 1,
+            "eos_token_id": 2, "ep_size": 1, "hidden_act": "silu", "initializer_range": 0.02, "moe_layer_freq": 1,
+            "n_group": 1, "norm_topk_prob": False, "num_key_value_heads": cfg["num_attention_heads"],
+            "pretraining_tp": 1, "q_lora_rank": None, "scoring_func": "softmax", "seq_aux": True,
+            "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "torch_dtype": "float32",
+            "use_cache": True}
 
 
 def base_config(**kw) -> dict:
@@ -592,14 +716,15 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
     out = OUT_DIR / name
     rng = g.Rng(seed)
     tokens = rng.ints(0, cfg["vocab_size"], TOKENS)  # [T]
-    w = random_checkpoint(rng, cfg)
-    ref = decoder_logits(w, cfg, tokens)  # [T, vocab]
+    deepseek = name == "deepseek2"
+    w = random_deepseek2_checkpoint(rng, cfg) if deepseek else random_checkpoint(rng, cfg)
+    ref = (deepseek2_logits if deepseek else decoder_logits)(w, cfg, tokens)  # [T, vocab]
     note = "textbook float64 only (class not in the pinned transformers)"
     hf_forward = {"qwen2": hf_qwen2_logits, "phi3": hf_phi3_logits, "gemma2": hf_gemma2_logits,
                   "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits, "olmoe": hf_olmoe_logits,
                   "command-r": hf_cohere_logits, "falcon": hf_falcon_logits}
     hf_config = {"qwen3": qwen3_config, "qwen3moe": qwen3moe_config, "olmo2": olmo2_config,
-                 "gemma3": gemma3_config}
+                 "gemma3": gemma3_config, "deepseek2": deepseek2_config}
     if name in hf_forward:
         hf = hf_forward[name](out, w, cfg, tokens)
         err = g.assert_close(f"{name} textbook vs HF", ref, hf, g.TOL_F64)
@@ -670,6 +795,18 @@ def main(argv: list[str]) -> int:
                                          final_softcap=20.0, query_pre_attn_scalar=16, sliding_window=8,
                                          sliding_pattern=6, norm_offset=1.0, rope_theta=1000000.0,
                                          rope_linear_factor=4.0, rope_local_theta=10000.0))
+    # DeepSeek-V2 (V2-Lite's form: no query low-rank projection): latent attention with a latent
+    # of 64 and RoPE keys of 16 (interleaved), YaRN (factor 4 past 16 positions, mscale 0.707 on
+    # the scores as V2-Lite's), one leading dense layer, then 4 experts top-2 (not renormalized,
+    # weights times 2, where V2-Lite has 1, so that reading it shows) and two ungated shared
+    # experts.
+    gen_family("deepseek2", 23, dict(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=10000.0, kv_lora_rank=64, qk_nope_head_dim=32,
+        qk_rope_head_dim=16, v_head_dim=32, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        n_shared_experts=2, first_k_dense_replace=1, routed_scaling_factor=2.0,
+        rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32,
+                      "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}))
     return 0
 
 

@@ -56,6 +56,9 @@ inline ConvertedModel convert_model(const ModelConfig& config, const ModelWeight
                                             " files rotate half-split pairs; this model's q/k "
                                             "rows are interleaved");
   const bool permute = config.rope.layout != arch->gguf_rope;
+  if (permute && config.mla())  // (its q rows hold each head's RoPE part after the rest)
+    throw Error(ErrorKind::unsupported,
+                "latent attention's q/k rows cannot be permuted to another RoPE layout");
   out.config.rope.layout = arch->gguf_rope;
   const std::size_t head_dim = static_cast<std::size_t>(config.resolved_head_dim());
   const std::size_t rot_dims =

@@ -78,6 +78,12 @@ inline std::string gguf_key_of_config_field(const std::string& field) {
       {"sliding_window", "attention.sliding_window"},
       {"sliding_window_pattern", "attention.sliding_window_pattern"},
       {"window_rope_theta", "rope.freq_base_swa"},
+      {"rope.rot_dims", "rope.dimension_count"},
+      {"kv_lora_rank", "attention.kv_lora_rank"},
+      {"q_lora_rank", "attention.q_lora_rank"},
+      {"mla_nope_dim", "attention.key_length_mla"},
+      {"mla_v_dim", "attention.value_length_mla"},
+      {"n_dense_layers", "leading_dense_block_count"},
       {"n_experts", "expert_count"},
       {"n_experts_used", "expert_used_count"},
       {"expert_ffn_dim", "expert_feed_forward_length"},
@@ -120,6 +126,68 @@ inline float gguf_attention_scale(const Architecture& arch, const ModelConfig& c
   return 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads));
 }
 
+// YaRN's factor on the scores of DeepSeek-V2 (its softmax_scale's mscale, squared):
+// 0.1 · mscale_all_dim · ln(factor) + 1, where mscale_all_dim = yarn_log_multiplier / 0.1 as
+// llama.cpp's converter writes it.
+inline double deepseek2_yarn_mscale(double log_multiplier, double factor) {
+  return factor > 1.0 ? 1.0 + log_multiplier * std::log(factor) : 1.0;
+}
+
+// DeepSeek-V2's keys, as llama.cpp's deepseek2 reader takes them: latent attention's ranks and
+// widths (attention.key_length is then the cache's rot + kv_lora_rank, value_length the
+// latent's), the shared experts' count, leading dense layers and weight scale, and YaRN's
+// score factor (the cos and sin unscaled). Files from before llama.cpp split attn_kv_b into
+// attn_k_b and attn_v_b are refused, naming the tensor.
+inline void gguf_deepseek2(const gguf::File& f, const std::string& p, ModelConfig& c) {
+  if (f.find_tensor("blk.0.attn_kv_b.weight") != nullptr)
+    throw Error(ErrorKind::unsupported,
+                "attn_kv_b (a deepseek2 file from before llama.cpp's converter split it into "
+                "attn_k_b and attn_v_b) is not supported; convert the checkpoint again",
+                f.path(), "blk.0.attn_kv_b.weight");
+  c.kv_lora_rank = f.get_int(p + "attention.kv_lora_rank");
+  c.q_lora_rank = f.get_int_or(p + "attention.q_lora_rank", 0);
+  c.rope.rot_dims = f.get_int(p + "rope.dimension_count");
+  c.mla_nope_dim = f.get_int(p + "attention.key_length_mla") - c.rope.rot_dims;
+  c.mla_v_dim = f.get_int(p + "attention.value_length_mla");
+  c.head_dim = c.kv_lora_rank + c.rope.rot_dims;  // the cache's row: [k_pe | latent]
+  for (const auto& [name, want] : {std::pair{"attention.key_length", c.head_dim},
+                                   {"attention.value_length", c.kv_lora_rank},
+                                   {"attention.head_count_kv", std::int64_t{1}}})
+    if (f.has(p + name) && f.get_int(p + name) != want)
+      throw Error(ErrorKind::format,
+                  "is " + std::to_string(f.get_int(p + name)) + " where latent attention has " +
+                      std::to_string(want),
+                  f.path(), p + name);
+  c.n_kv_heads = 1;
+  if (c.n_experts > 0) {
+    c.n_dense_layers = f.get_int_or(p + "leading_dense_block_count", 0);
+    const std::int64_t shared = f.get_int_or(p + "expert_shared_count", 0);
+    c.shared_expert_ffn_dim = shared * c.resolved_expert_ffn_dim();
+    c.shared_expert_ungated = shared > 0;
+    const double scale = f.get_float_or(p + "expert_weights_scale", 1.0);
+    c.expert_weights_scale = scale == 1.0 ? 0.0f : static_cast<float>(scale);
+    // llama.cpp's gating: 1 softmax (the default of files without the key), 2 sigmoid (V3).
+    if (f.get_int_or(p + "expert_group_used_count", 1) != f.get_int_or(p + "expert_group_count", 1))
+      throw Error(ErrorKind::unsupported, "expert routing by groups is not supported", f.path(),
+                  p + "expert_group_used_count");
+    if (f.get_int_or(p + "expert_gating_func", 1) != 1)
+      throw Error(ErrorKind::unsupported, "expert gating other than softmax is not supported",
+                  f.path(), p + "expert_gating_func");
+    if (f.find_tensor("blk." + std::to_string(c.n_dense_layers) + ".exp_probs_b.bias") != nullptr)
+      throw Error(ErrorKind::unsupported, "expert selection biases are not supported", f.path(),
+                  "blk." + std::to_string(c.n_dense_layers) + ".exp_probs_b.bias");
+  }
+  if (c.rope.scaling.type == RopeScalingType::yarn) {
+    c.rope.scaling.attention_factor =
+        static_cast<float>(f.get_float_or(p + "rope.scaling.attn_factor", 1.0));
+    const double mscale = deepseek2_yarn_mscale(
+        f.get_float_or(p + "rope.scaling.yarn_log_multiplier", 0.0), c.rope.scaling.factor);
+    if (mscale != 1.0)
+      c.attention_scale = static_cast<float>(
+          mscale * mscale / std::sqrt(static_cast<double>(c.mla_nope_dim + c.rope.rot_dims)));
+  }
+}
+
 inline ModelConfig gguf_model_config(const gguf::File& f) {
   const Architecture& arch = gguf_architecture(f);
   const std::string prefix = std::string(arch.gguf) + ".";
@@ -141,7 +209,7 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
                 "a second norm per parallel block (Falcon-40B's attn_norm_2) is not supported",
                 f.path(), "blk.0.attn_norm_2.weight");
   c.rms_eps = static_cast<float>(f.get_float(key(gguf_norm_eps_key(arch.norm))));
-  if (f.has(key("attention.key_length"))) {
+  if (!arch.latent_attention && f.has(key("attention.key_length"))) {  // (deepseek2: below)
     c.head_dim = f.get_int(key("attention.key_length"));
     const std::int64_t value_length = f.get_int_or(key("attention.value_length"), c.head_dim);
     if (value_length != c.head_dim)
@@ -229,6 +297,10 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
     rope.scaling.original_context = f.get_int(key("rope.scaling.original_context_length"));
     rope.scaling.attention_factor =
         static_cast<float>(f.get_float_or(key("rope.scaling.attn_factor"), 0.0));
+    rope.scaling.beta_fast =
+        static_cast<float>(f.get_float_or(key("rope.scaling.yarn_beta_fast"), 32.0));
+    rope.scaling.beta_slow =
+        static_cast<float>(f.get_float_or(key("rope.scaling.yarn_beta_slow"), 1.0));
   } else if (scaling != "none") {
     throw Error(ErrorKind::unsupported, "RoPE scaling type '" + scaling + "' is not supported",
                 f.path(), key("rope.scaling.type"));
@@ -247,6 +319,7 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
     c.window_rope_theta =
         static_cast<float>(f.get_float_or(key("rope.freq_base_swa"), arch.window_rope_theta));
   c.tied_embeddings = arch.tied || f.find_tensor("output.weight") == nullptr;
+  if (arch.latent_attention) gguf_deepseek2(f, prefix, c);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -270,7 +343,7 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
                 key("vocab_size") + " is " + std::to_string(c.vocab_size) +
                     " but token_embd.weight has " + std::to_string(embd->dims[1]) + " rows",
                 f.path(), key("vocab_size"));
-  c.attention_scale = gguf_attention_scale(arch, c);
+  if (c.attention_scale == 0.0f) c.attention_scale = gguf_attention_scale(arch, c);
   return c;
 }
 
@@ -425,12 +498,22 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   if (c.sliding_window > 0 && c.sliding_window_pattern != arch->window_pattern)
     refuse("sliding_window_pattern " + std::to_string(c.sliding_window_pattern));
   if (c.tied_embeddings != arch->tied && arch->tied) refuse("an untied output projection");
-  if (c.n_experts > 0 && c.expert_weights_normalized != arch->expert_weights_normalized)
+  if (c.n_experts > 0 && !arch->latent_attention &&  // (deepseek2 files say it)
+      c.expert_weights_normalized != arch->expert_weights_normalized)
     refuse(std::string(c.expert_weights_normalized ? "renormalized" : "unnormalized") +
            " expert weights");
   if (c.n_experts > 0 && !arch->expert_ffn_key && c.resolved_expert_ffn_dim() != c.ffn_dim)
     refuse("experts narrower than feed_forward_length");
-  if (c.n_experts > 0 && (c.shared_expert_ffn_dim > 0) != arch->shared_expert)
+  if (c.mla() != arch->latent_attention)
+    refuse(c.mla() ? "multi-head latent attention" : "attention other than latent attention");
+  if (!arch->latent_attention &&
+      (c.n_dense_layers > 0 || c.shared_expert_ungated || c.expert_weights_scale != 0.0f))
+    refuse("leading dense layers, ungated shared experts or scaled expert weights");
+  if (arch->latent_attention && c.shared_expert_ffn_dim > 0 &&
+      (!c.shared_expert_ungated || c.shared_expert_ffn_dim % c.resolved_expert_ffn_dim() != 0))
+    refuse("a shared expert other than ungated experts of the experts' width");
+  if (c.n_experts > 0 && !arch->latent_attention &&
+      (c.shared_expert_ffn_dim > 0) != arch->shared_expert)
     refuse(c.shared_expert_ffn_dim > 0 ? "a shared expert" : "experts without a shared one");
   if ((arch->default_attn_softcap > 0.0f) != (c.attn_softcap > 0.0f) ||
       (!arch->optional_softcaps &&
@@ -443,6 +526,15 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
            std::to_string(arch->default_window) + ")");
   ModelConfig as_read = c;  // what a reader derives from the shape
   as_read.attention_scale = detail::gguf_attention_scale(*arch, c);
+  // deepseek2 files say YaRN's score factor (yarn_log_multiplier); the scale must be that.
+  double yarn_log_multiplier = 0.0;
+  if (arch->latent_attention && c.rope.scaling.type == RopeScalingType::yarn &&
+      c.rope.scaling.factor > 1.0f) {
+    const double mscale = std::sqrt(static_cast<double>(c.resolved_attention_scale()) *
+                                    std::sqrt(static_cast<double>(c.mla_q_head_dim())));
+    yarn_log_multiplier = (mscale - 1.0) / std::log(static_cast<double>(c.rope.scaling.factor));
+    as_read.attention_scale = c.resolved_attention_scale();
+  }
   if (c.resolved_attention_scale() != as_read.resolved_attention_scale())
     refuse("attention scale " + std::to_string(c.resolved_attention_scale()) +
            " (llama.cpp derives it from the shape)");
@@ -459,7 +551,13 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   out.set(p + "attention.head_count_kv", u32(c.n_kv_heads));
   if (c.head_dim != 0 && c.head_dim * c.n_heads != c.dim) {
     out.set(p + "attention.key_length", u32(c.head_dim));
-    out.set(p + "attention.value_length", u32(c.head_dim));
+    out.set(p + "attention.value_length", u32(c.mla() ? c.kv_lora_rank : c.head_dim));
+  }
+  if (c.mla()) {  // llama.cpp's deepseek2 keys
+    out.set(p + "attention.kv_lora_rank", u32(c.kv_lora_rank));
+    if (c.q_lora_rank > 0) out.set(p + "attention.q_lora_rank", u32(c.q_lora_rank));
+    out.set(p + "attention.key_length_mla", u32(c.mla_q_head_dim()));
+    out.set(p + "attention.value_length_mla", u32(c.mla_v_dim));
   }
   out.set(p + detail::gguf_norm_eps_key(c.norm), c.rms_eps);
   if (c.logit_scale > 0.0f) out.set(p + "logit_scale", c.logit_scale);
@@ -471,8 +569,16 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
     out.set(p + "expert_used_count", u32(c.n_experts_used));
     if (arch->expert_ffn_key)  // else llama.cpp takes feed_forward_length (checked above)
       out.set(p + "expert_feed_forward_length", u32(c.resolved_expert_ffn_dim()));
-    if (c.shared_expert_ffn_dim > 0)
+    if (arch->latent_attention) {
+      out.set(p + "leading_dense_block_count", u32(c.n_dense_layers));
+      out.set(p + "expert_shared_count",
+              u32(c.shared_expert_ffn_dim / c.resolved_expert_ffn_dim()));
+      if (c.expert_weights_scale != 0.0f)
+        out.set(p + "expert_weights_scale", c.expert_weights_scale);
+      if (c.expert_weights_normalized) out.set(p + "expert_weights_norm", true);
+    } else if (c.shared_expert_ffn_dim > 0) {
       out.set(p + "expert_shared_feed_forward_length", u32(c.shared_expert_ffn_dim));
+    }
   }
   out.set(p + "rope.freq_base", c.rope.theta);
   if (c.window_rope_theta > 0.0f) out.set(p + "rope.freq_base_swa", c.window_rope_theta);
@@ -490,6 +596,10 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
       out.set(p + "rope.scaling.factor", s.factor);
       out.set(p + "rope.scaling.original_context_length", u32(s.original_context));
       if (s.attention_factor > 0.0f) out.set(p + "rope.scaling.attn_factor", s.attention_factor);
+      out.set(p + "rope.scaling.yarn_beta_fast", s.beta_fast);
+      out.set(p + "rope.scaling.yarn_beta_slow", s.beta_slow);
+      if (yarn_log_multiplier != 0.0)
+        out.set(p + "rope.scaling.yarn_log_multiplier", static_cast<float>(yarn_log_multiplier));
       break;
     default:
       throw Error(ErrorKind::unsupported, std::string("RoPE scaling '") + to_string(s.type) +
@@ -580,7 +690,10 @@ inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& 
       continue;
     }
     std::vector<std::uint64_t> dims{t.cols};  // vectors are 1-D, as llama.cpp writes them
-    if (!specs[i].is_vector()) dims.push_back(t.rows);
+    if (specs[i].stacked > 0)                 // 3-D: [stacked][rows / stacked][cols]
+      dims.insert(dims.end(), {t.rows / specs[i].stacked, specs[i].stacked});
+    else if (!specs[i].is_vector())
+      dims.push_back(t.rows);
     out.add_tensor(specs[i].name, t.type, std::move(dims),
                    std::span(static_cast<const std::byte*>(t.data), t.bytes()));
   }

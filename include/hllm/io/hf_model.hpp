@@ -41,6 +41,7 @@
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/io/load_options.hpp"
 #include "hllm/io/safetensors.hpp"
+#include "hllm/kernels/reference.hpp"
 #include "hllm/model/architecture.hpp"
 #include "hllm/model/config.hpp"
 #include "hllm/model/finite_check.hpp"
@@ -177,6 +178,64 @@ inline void hf_falcon_flags(const HfConfigReader& r, ModelConfig& c) {
   refuse_if("apply_residual_connection_post_layernorm", false, true,
             "a residual from the normed input");
   c.n_kv_heads = 1;  // multi_query
+}
+
+// DeepseekV2Config's keys (DeepSeek-V2's configuration_deepseek.py): latent attention's ranks
+// and widths, YaRN's mscale (its softmax_scale: the scores times mscale(mscale_all_dim)², the
+// cos and sin times mscale(mscale) / mscale(mscale_all_dim)), and the experts (n_routed_experts,
+// ungated shared ones, leading dense layers, routed_scaling_factor). What the modeling code
+// does beyond llama.cpp's deepseek2 graph is refused by key: another scoring function, routing
+// by groups, experts on some layers only.
+inline void hf_deepseek2(const nlohmann::json& j, const HfConfigReader& r, ModelConfig& c) {
+  c.kv_lora_rank = r.integer("kv_lora_rank");
+  c.q_lora_rank = r.integer_or("q_lora_rank", 0);
+  c.rope.rot_dims = r.integer("qk_rope_head_dim");
+  c.mla_nope_dim = r.integer("qk_nope_head_dim");
+  c.mla_v_dim = r.integer("v_head_dim");
+  c.n_kv_heads = 1;  // the cache's one row per token (num_key_value_heads is the query heads')
+  c.head_dim = c.kv_lora_rank + c.rope.rot_dims;
+  if (r.has("rope_scaling")) {
+    const nlohmann::json& s = j.at("rope_scaling");
+    const auto mscale = [&](const char* key) {
+      const double m = s.contains(key) && !s.at(key).is_null()
+                           ? r.number_of(s.at(key), std::string("rope_scaling.") + key)
+                           : 1.0;
+      const double factor = c.rope.scaling.factor;
+      return factor > 1.0 ? 0.1 * m * std::log(factor) + 1.0 : 1.0;
+    };
+    if (c.rope.scaling.type == RopeScalingType::yarn) {
+      const double all_dims = mscale("mscale_all_dim");
+      c.rope.scaling.attention_factor = static_cast<float>(mscale("mscale") / all_dims);
+      if (all_dims != 1.0)
+        c.attention_scale = static_cast<float>(all_dims * all_dims /
+                                               std::sqrt(static_cast<double>(c.mla_q_head_dim())));
+    }
+  }
+  if (!r.has("n_routed_experts")) return;  // a dense model (every layer's FFN of intermediate_size)
+  const auto refuse_unless = [&](const char* key, const char* fallback,
+                                 std::initializer_list<const char*> allowed, const char* what) {
+    const std::string value = j.contains(key) && j.at(key).is_string()
+                                  ? j.at(key).get<std::string>()
+                                  : std::string(fallback);
+    for (const char* a : allowed)
+      if (value == a) return;
+    r.fail(ErrorKind::unsupported, std::string(what) + " '" + value + "' is not supported", key);
+  };
+  refuse_unless("scoring_func", "softmax", {"softmax"}, "expert scoring");
+  refuse_unless("topk_method", "greedy", {"greedy"}, "expert selection");
+  if (r.integer_or("moe_layer_freq", 1) != 1)
+    r.fail(ErrorKind::unsupported, "dense layers between expert layers are not supported",
+           "moe_layer_freq");
+  c.n_experts = r.integer("n_routed_experts");
+  c.n_experts_used = r.integer("num_experts_per_tok");
+  c.expert_ffn_dim = r.integer("moe_intermediate_size");
+  c.expert_weights_normalized = r.boolean_or("norm_topk_prob", false);
+  const double scale = r.number_or("routed_scaling_factor", 1.0);
+  c.expert_weights_scale = scale == 1.0 ? 0.0f : static_cast<float>(scale);
+  const std::int64_t shared = r.integer_or("n_shared_experts", 0);
+  c.shared_expert_ffn_dim = shared * c.expert_ffn_dim;
+  c.shared_expert_ungated = shared > 0;
+  c.n_dense_layers = r.integer_or("first_k_dense_replace", 0);
 }
 
 // Which layers have the window, for families that window some layers only: layer_types where
@@ -344,6 +403,7 @@ inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& p
     r.fail(ErrorKind::unsupported, "partial rotary embeddings are not supported",
            "partial_rotary_factor");
   if (r.has("rope_scaling")) detail::hf_rope_scaling(j.at("rope_scaling"), r, c);
+  if (arch->latent_attention) detail::hf_deepseek2(j, r, c);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -356,8 +416,7 @@ namespace detail {
 
 // The Hugging Face name of a model tensor (a GGUF-named TensorSpec), derived per tensor so that
 // nothing is built per layer before the tensors are looked up.
-inline std::string hf_tensor_name(const Architecture& arch,
-                                  const std::vector<LayerTensor>& layer_tensors,
+inline std::string hf_tensor_name(const Architecture& arch, const LayerTensorLists& layers,
                                   const TensorSpec& spec) {
   if (spec.name == "token_embd.weight") return arch.hf_embedding;
   if (spec.name == "output_norm.weight") return std::string(arch.hf_final_norm) + ".weight";
@@ -367,7 +426,9 @@ inline std::string hf_tensor_name(const Architecture& arch,
   const std::size_t layer_end = spec.name.find('.', 4);
   const std::string_view layer = std::string_view(spec.name).substr(4, layer_end - 4);
   const std::string_view name = std::string_view(spec.name).substr(layer_end + 1);
-  for (const LayerTensor& t : layer_tensors)
+  std::size_t index = 0;
+  for (const char d : layer) index = index * 10 + static_cast<std::size_t>(d - '0');
+  for (const LayerTensor& t : layers.of(index))
     if (name == t.gguf)
       return arch.hf_layers + std::string(layer) + "." + arch.hf_tensor(t.hf.c_str());
   throw Error(ErrorKind::internal, "no Hugging Face name for tensor " + spec.name);
@@ -440,6 +501,41 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
   return WeightTensor{t.type, t.data, spec.rows, spec.cols, spec.name};
 }
 
+// Latent attention's W_kb or W_vb of layer prefix `layer` (model.layers.N.), from Hugging Face's
+// kv_b_proj ([n_heads][nope + v][kv_lora]) as llama.cpp's converter splits it: W_kb per head
+// transposed to [kv_lora][nope], W_vb per head as it is, [v][kv_lora]. An owned float32 copy
+// (the kernels read rows of the transposed matrix); returns kv_b_proj's name for `used`.
+inline std::string hf_latent_part(const safetensors::Checkpoint& ckpt, const ModelConfig& c,
+                                  const std::string& layer, const TensorSpec& spec,
+                                  HfStorage& storage, const LoadOptions& options,
+                                  WeightTensor& out) {
+  const auto heads = static_cast<std::size_t>(c.n_heads),
+             latent = static_cast<std::size_t>(c.kv_lora_rank),
+             nope = static_cast<std::size_t>(c.mla_nope_dim),
+             v = static_cast<std::size_t>(c.mla_v_dim);
+  std::string name = layer + "self_attn.kv_b_proj.weight";
+  const WeightTensor kv_b = hf_weight(ckpt, name, {name, heads * (nope + v), latent}, storage,
+                                      options, 0.0f);  // [heads][nope + v][kv_lora]
+  const bool keys = spec.name.ends_with(".attn_k_b.weight");
+  AlignedBuffer<std::byte> buf(spec.rows * spec.cols * sizeof(float));
+  float* dst =
+      reinterpret_cast<float*>(buf.data());  // [heads][kv_lora][nope] or [heads][v][kv_lora]
+  std::vector<float> row(latent);            // [kv_lora]
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < (keys ? nope : v); ++i) {
+      reference::dequantize_row(kv_b, h * (nope + v) + (keys ? i : nope + i), row.data());
+      for (std::size_t j = 0; j < latent; ++j) {
+        if (keys)
+          dst[(h * latent + j) * nope + i] = row[j];
+        else
+          dst[(h * v + i) * latent + j] = row[j];
+      }
+    }
+  storage.owned.push_back(std::move(buf));
+  out = WeightTensor{DType::f32, storage.owned.back().data(), spec.rows, spec.cols, spec.name};
+  return name;
+}
+
 // Every tensor of a decoder layer must be one the model reads: a layer past num_hidden_layers,
 // or a layer tensor of another architecture (a bias, an extra norm), means config.json does not
 // describe the checkpoint. (Tensors outside the layers, such as a rotary inverse-frequency
@@ -479,7 +575,7 @@ inline HfModel load_hf_model(const ModelConfig& config,
   // (Views into owned buffers survive the vector growing: a moved AlignedBuffer keeps its
   // allocation.)
   std::set<std::string, std::less<>> used;
-  const std::vector<LayerTensor> layer_tensors = hllm::layer_tensors(config);
+  const LayerTensorLists layers(config);
   const Architecture* arch = find_architecture(config.architecture);
   if (arch == nullptr)
     throw Error(ErrorKind::unsupported, "architecture '" + config.architecture +
@@ -497,7 +593,15 @@ inline HfModel load_hf_model(const ModelConfig& config,
       used.insert(std::move(name));
       return w;
     }
-    std::string name = detail::hf_tensor_name(*arch, layer_tensors, spec);
+    if (arch->latent_attention &&
+        (spec.name.ends_with(".attn_k_b.weight") || spec.name.ends_with(".attn_v_b.weight"))) {
+      const std::string layer =
+          arch->hf_layers + spec.name.substr(4, spec.name.find('.', 4) - 4) + ".";
+      WeightTensor w;
+      used.insert(detail::hf_latent_part(*checkpoint, config, layer, spec, *storage, options, w));
+      return w;
+    }
+    std::string name = detail::hf_tensor_name(*arch, layers, spec);
     WeightTensor w = detail::hf_weight(*checkpoint, name, spec, *storage, options, norm_offset);
     used.insert(std::move(name));
     return w;

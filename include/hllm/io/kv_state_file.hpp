@@ -111,7 +111,15 @@ inline std::uint64_t model_fingerprint(const ModelConfig& c) {
     add_float(c.attn_softcap);
   }
   if (c.window_rope_theta != 0.0f) add_float(c.window_rope_theta);  // the windowed layers' RoPE
-  if (c.norm != NormKind::rms || c.norm_bias || !c.gated_ffn)       // LayerNorm, plain MLP families
+  if (c.mla())  // latent attention (its cache geometry is in head_dim and n_kv_heads already)
+    for (const std::int64_t v : {c.kv_lora_rank, c.q_lora_rank, c.mla_nope_dim, c.mla_v_dim})
+      add(static_cast<std::uint64_t>(v));
+  if (c.n_dense_layers != 0 || c.shared_expert_ungated || c.expert_weights_scale != 0.0f) {
+    add(static_cast<std::uint64_t>(c.n_dense_layers));  // DeepSeek's experts
+    add(std::uint64_t{c.shared_expert_ungated});
+    add_float(c.expert_weights_scale);
+  }
+  if (c.norm != NormKind::rms || c.norm_bias || !c.gated_ffn)  // LayerNorm, plain MLP families
     for (const std::int64_t v :
          {static_cast<std::int64_t>(c.norm), std::int64_t{c.norm_bias}, std::int64_t{c.gated_ffn}})
       add(static_cast<std::uint64_t>(v));

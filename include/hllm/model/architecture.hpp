@@ -86,6 +86,9 @@ struct Architecture {
   // config.json's alibi, multi_query, new_decoder_architecture, parallel_attn and bias flags
   // are checked as FalconConfig has them, and multi_query means one KV head.
   bool hf_falcon_flags = false;
+  // DeepSeek-V2's multi-head latent attention and experts (ungated shared experts, leading
+  // dense layers, scaled weights), read by their own keys in GGUF files and config.json.
+  bool latent_attention = false;
 
   // The family's name of Llama's layer tensor `name` (self_attn.o_proj.weight, ...).
   const char* hf_tensor(const char* name) const {
@@ -128,7 +131,12 @@ struct Architecture {
 // and scaled embedding with Qwen3's per-head QK-norm, a window on five layers of every six
 // whose RoPE has its own base (rope.freq_base_swa, 10000 where absent; rope.freq_base and the
 // scaling are the global layers'), no attention soft-cap, a final one only where the file
-// says, output.weight where the file has it (llama.cpp's gemma3 graph).
+// says, output.weight where the file has it (llama.cpp's gemma3 graph). deepseek2 (DeepSeek-V2
+// and V2-Lite): multi-head latent attention (ModelConfig::kv_lora_rank; interleaved RoPE rows in
+// Hugging Face's checkpoints and in GGUF), YaRN whose mscale scales the scores, softmax-routed
+// experts not renormalized by default, ungated shared experts, leading dense layers and a
+// weight scale (llama.cpp's deepseek2 reader and graph, with the split attn_k_b / attn_v_b its
+// converter writes).
 inline constexpr Architecture kArchitectures[] = {
     {.gguf = "llama",
      .hf = {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"},
@@ -228,6 +236,16 @@ inline constexpr Architecture kArchitectures[] = {
      .hf_norm_offset = 1.0f,
      .hf_tied = true,
      .gguf_width_scaled_layers = 62},
+    {.gguf = "deepseek2",
+     .hf = {"DeepseekV2ForCausalLM", nullptr},
+     .gguf_rope = RopeLayout::interleaved,
+     .hf_rope = RopeLayout::interleaved,
+     .expert_ffn_key = true,
+     .hf_tensor_renames =
+         {{{"mlp.shared_expert.gate_proj.weight", "mlp.shared_experts.gate_proj.weight"},
+           {"mlp.shared_expert.up_proj.weight", "mlp.shared_experts.up_proj.weight"},
+           {"mlp.shared_expert.down_proj.weight", "mlp.shared_experts.down_proj.weight"}}},
+     .latent_attention = true},
 };
 
 // The family whose GGUF name is `gguf`, or nullptr.

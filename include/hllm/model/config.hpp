@@ -76,7 +76,7 @@ struct ModelConfig {
   float attn_softcap = 0.0f;      // score → cap·tanh(score/cap) (Gemma 2: 50); 0: none
   float final_softcap = 0.0f;     // the same on the logits (Gemma 2: 30); 0: none
   float logit_scale = 0.0f;       // logits times this (Command-R: 0.0625); 0: none
-  // Mixture of experts (Mixtral, Qwen2-MoE): n_experts > 0 replaces every layer's FFN by
+  // Mixture of experts (Mixtral, Qwen2-MoE): n_experts > 0 replaces the layers' FFN by
   // n_experts gated FFNs of expert_ffn_dim, of which a router (softmax over the experts' logits)
   // picks the n_experts_used best per token; the output is their sum weighted by those
   // probabilities, renormalized to sum 1 where expert_weights_normalized (Mixtral).
@@ -85,9 +85,31 @@ struct ModelConfig {
   std::int64_t expert_ffn_dim = 0;  // 0: ffn_dim
   bool expert_weights_normalized = false;
   // A shared expert of this width beside them, run for every token, its output times
-  // sigmoid(w · x) (Qwen2-MoE); 0: none.
+  // sigmoid(w · x) (Qwen2-MoE), or as it is where ungated (DeepSeek's shared experts, one FFN
+  // of n_shared · expert width); 0: none.
   std::int64_t shared_expert_ffn_dim = 0;
+  bool shared_expert_ungated = false;
+  // The chosen experts' weights times this, after any renormalization (DeepSeek's
+  // routed_scaling_factor); 0: 1.
+  float expert_weights_scale = 0.0f;
+  // The first n layers of an expert model keep a dense FFN of ffn_dim (DeepSeek's
+  // first_k_dense_replace); the experts replace it from layer n on.
+  std::int64_t n_dense_layers = 0;
+  // Multi-head latent attention (DeepSeek-V2/V3), on where kv_lora_rank > 0. A token's keys and
+  // values all come from one latent of kv_lora_rank values (RMS-normed) and one RoPE key of
+  // rope.rot_dims values that every head shares, and the KV cache holds only those: one KV head
+  // (n_kv_heads = 1) of head_dim = rot_dims + kv_lora_rank values, [rotated key | latent], its
+  // value row the same. Queries are absorbed into the latent space, head h's being
+  // [RoPE(q_pe_h) | W_kb_h · q_nope_h], so the cache is never expanded; a head's output is
+  // W_vb_h · (the latent part of its attention output).
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t q_lora_rank = 0;   // > 0: q = W_qb · RMSNorm(W_qa · x) (V2, V3); 0: W_q · x
+  std::int64_t mla_nope_dim = 0;  // each head's query and key part without RoPE (128)
+  std::int64_t mla_v_dim = 0;     // each head's value width (128)
 
+  bool mla() const { return kv_lora_rank > 0; }
+  // Multi-head latent attention's per-head query width before absorption: [q_nope | q_pe].
+  std::int64_t mla_q_head_dim() const { return mla_nope_dim + rope.rot_dims; }
   std::int64_t resolved_head_dim() const {
     return head_dim != 0 ? head_dim : (n_heads > 0 ? dim / n_heads : 0);
   }
@@ -110,12 +132,16 @@ struct ModelConfig {
     r.theta = window_rope_theta;
     return r;
   }
+  // Whether layer `layer` runs the experts rather than the dense FFN.
+  bool has_experts(std::int64_t layer) const { return n_experts > 0 && layer >= n_dense_layers; }
   std::int64_t resolved_expert_ffn_dim() const {
     return expert_ffn_dim != 0 ? expert_ffn_dim : ffn_dim;
   }
+  // The score scale: 1/sqrt of the width a query and key meet in (multi-head latent
+  // attention's before absorption) unless the config gives one.
   float resolved_attention_scale() const {
-    return attention_scale != 0.0f ? attention_scale
-                                   : 1.0f / std::sqrt(static_cast<float>(resolved_head_dim()));
+    const std::int64_t width = mla() ? mla_q_head_dim() : resolved_head_dim();
+    return attention_scale != 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(width));
   }
 
   // Throws hllm::Error(invalid_argument) naming the first inconsistent field.
@@ -172,14 +198,29 @@ struct ModelConfig {
                     {}, "n_experts_used");
       if (expert_ffn_dim != 0) positive(expert_ffn_dim, "expert_ffn_dim");
       if (shared_expert_ffn_dim != 0) positive(shared_expert_ffn_dim, "shared_expert_ffn_dim");
-    } else if (n_experts_used != 0 || shared_expert_ffn_dim != 0) {
+      if (n_dense_layers < 0 || n_dense_layers > n_layers)
+        throw Error(ErrorKind::invalid_argument,
+                    "model config: n_dense_layers = " + std::to_string(n_dense_layers) +
+                        " (must be in [0, n_layers])",
+                    {}, "n_dense_layers");
+      if (shared_expert_ungated && shared_expert_ffn_dim == 0)
+        throw Error(ErrorKind::invalid_argument,
+                    "model config: an ungated shared expert of width 0", {},
+                    "shared_expert_ffn_dim");
+    } else if (n_experts_used != 0 || shared_expert_ffn_dim != 0 || n_dense_layers != 0 ||
+               expert_weights_scale != 0.0f) {
       throw Error(ErrorKind::invalid_argument,
-                  "model config: experts used or shared without n_experts", {}, "n_experts");
+                  "model config: experts used, shared, scaled or after dense layers without "
+                  "n_experts",
+                  {}, "n_experts");
     }
+    if (kv_lora_rank != 0 || q_lora_rank != 0 || mla_nope_dim != 0 || mla_v_dim != 0)
+      validate_mla(positive);
     for (auto [value, field] : {std::pair{attention_scale, "attention_scale"},
                                 {attn_softcap, "attn_softcap"},
                                 {final_softcap, "final_softcap"},
-                                {logit_scale, "logit_scale"}})
+                                {logit_scale, "logit_scale"},
+                                {expert_weights_scale, "expert_weights_scale"}})
       if (!(value >= 0.0f) || !std::isfinite(value))
         throw Error(ErrorKind::invalid_argument,
                     "model config: " + std::string(field) + " = " + std::to_string(value) +
@@ -205,6 +246,29 @@ struct ModelConfig {
                   "gated_ffn");
     Rope(rope, resolved_head_dim());  // validates rot_dims, theta and scaling
     if (window_rope_theta > 0.0f) Rope(window_rope(), resolved_head_dim());
+  }
+
+ private:
+  // Multi-head latent attention's dimensions, and the variants it does not combine with.
+  template <class Positive>
+  void validate_mla(const Positive& positive) const {
+    const auto fail = [](const std::string& what, const char* field) {
+      throw Error(ErrorKind::invalid_argument, "model config: multi-head latent attention " + what,
+                  {}, field);
+    };
+    positive(kv_lora_rank, "kv_lora_rank");
+    positive(mla_nope_dim, "mla_nope_dim");
+    positive(mla_v_dim, "mla_v_dim");
+    if (q_lora_rank != 0) positive(q_lora_rank, "q_lora_rank");
+    if (rope.rot_dims <= 0 || rope.rot_dims % 2 != 0)
+      fail("needs an even RoPE width rope.rot_dims (qk_rope_head_dim)", "rope.rot_dims");
+    if (n_kv_heads != 1 || head_dim != rope.rot_dims + kv_lora_rank)
+      fail("caches one KV head of rot_dims + kv_lora_rank values (n_kv_heads " +
+               std::to_string(n_kv_heads) + ", head_dim " + std::to_string(head_dim) + ")",
+           "head_dim");
+    if (qkv_bias || qk_norm != QkNorm::none || layout != BlockLayout::pre_norm ||
+        norm != NormKind::rms)
+      fail("with biases, QK-norm, LayerNorm or norms off the sublayers' inputs", "kv_lora_rank");
   }
 };
 

@@ -31,13 +31,20 @@ inline std::size_t widest_matmul_input(const ModelConfig& c) {
 
 // The 8-bit activation blocks a forward pass of max_tokens tokens needs: [max_tokens][widest
 // input / 32 + 1] (a block to spare for the quantizer), and at least a decoded token's chosen
-// experts' down inputs at once (MixtureOfExperts: [n_used][expert_ffn / 32]).
+// experts' down inputs at once (MixtureOfExperts: [n_used][expert_ffn / 32]) and latent
+// attention's heads' inputs at once ([n_heads][T][nope or kv_lora] / 32).
 inline std::size_t activation_blocks(const ModelConfig& c, std::size_t max_tokens) {
   const std::size_t experts =
       c.n_experts > 0
           ? static_cast<std::size_t>(c.n_experts_used * c.resolved_expert_ffn_dim()) / 32
           : 0;
-  return std::max(max_tokens * (widest_matmul_input(c) + 32) / 32, experts);
+  // Latent attention's per-head products: every head's [T][nope] or [T][kv_lora] input at once.
+  const std::size_t latent_heads =
+      c.mla()
+          ? max_tokens *
+                static_cast<std::size_t>(c.n_heads * std::max(c.mla_nope_dim, c.kv_lora_rank)) / 32
+          : 0;
+  return std::max({max_tokens * (widest_matmul_input(c) + 32) / 32, experts, latent_heads});
 }
 
 // Throws invalid_argument, naming `what`, unless 1 <= n <= 65536: the tokens of one forward

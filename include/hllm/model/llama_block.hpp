@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <type_traits>
+#include <vector>
 
 #include "hllm/core/aligned_buffer.hpp"
 #include "hllm/core/tensor.hpp"
@@ -46,15 +47,24 @@ struct BlockScratch {
         up(capacity_tokens * ffn_width(c)),
         moe(c.n_experts > 0
                 ? MoeScratch(capacity_tokens, c.dim, c.resolved_expert_ffn_dim(), expert_routing(c))
-                : MoeScratch()) {}
-  // The widest FFN a token runs: the dense one, an expert or the shared expert.
+                : MoeScratch()),
+        mla_in(c.mla() ? capacity_tokens *
+                             std::max(c.n_heads * std::max(c.mla_nope_dim, c.kv_lora_rank),
+                                      c.q_lora_rank)
+                       : 0),
+        mla_out(c.mla() ? capacity_tokens * c.n_heads * std::max(c.kv_lora_rank, c.mla_v_dim) : 0),
+        mla_products(c.mla() ? static_cast<std::size_t>(c.n_heads) : 0) {}
+  // The widest FFN a token runs: the dense one (of a dense model or of an expert model's
+  // leading dense layers), an expert or the shared expert.
   static std::size_t ffn_width(const ModelConfig& c) {
     if (c.n_experts == 0) return c.ffn_dim;
-    return std::max(c.resolved_expert_ffn_dim(), c.shared_expert_ffn_dim);
+    return std::max({c.resolved_expert_ffn_dim(), c.shared_expert_ffn_dim,
+                     c.n_dense_layers > 0 ? c.ffn_dim : 0});
   }
   static ExpertRouting expert_routing(const ModelConfig& c) {
     return {static_cast<std::size_t>(c.n_experts), static_cast<std::size_t>(c.n_experts_used),
-            c.expert_weights_normalized};
+            c.expert_weights_normalized,
+            c.expert_weights_scale != 0.0f ? c.expert_weights_scale : 1.0f};
   }
   std::size_t max_tokens;
   AlignedBuffer<float> normed;     // [T][dim]
@@ -66,6 +76,10 @@ struct BlockScratch {
   AlignedBuffer<float> gate;       // [T][ffn_width]
   AlignedBuffer<float> up;         // [T][ffn_width]
   MoeScratch moe;                  // routing and gathered rows; empty for a dense model
+  // Multi-head latent attention's per-head products (W_kb's, W_vb's); empty without it.
+  AlignedBuffer<float> mla_in;   // [n_heads][T][nope or kv_lora], or q's [T][q_lora_rank]
+  AlignedBuffer<float> mla_out;  // [n_heads][T][kv_lora or v]
+  std::vector<Compute::ProductOf> mla_products;  // [n_heads]
 };
 
 template <class Spec = DynamicSpec>
@@ -81,13 +95,26 @@ class LlamaBlock {
         qk_norm_(config.qk_norm),
         layout_(config.layout),
         activation_(config.ffn_activation),
-        routing_(BlockScratch::expert_routing(config)),
+        shared_expert_ungated_(config.shared_expert_ungated),
+        routing_(config.has_experts(static_cast<std::int64_t>(layer_index))
+                     ? BlockScratch::expert_routing(config)
+                     : ExpertRouting{}),
         norm_(config.norm, config.rms_eps),
         attention_(
             {static_cast<std::size_t>(config.n_heads), static_cast<std::size_t>(config.n_kv_heads),
              static_cast<std::size_t>(config.resolved_head_dim()),
              static_cast<std::size_t>(config.window_of(static_cast<std::int64_t>(layer_index))),
-             config.resolved_attention_scale(), config.attn_softcap}) {
+             config.resolved_attention_scale(), config.attn_softcap}),
+        mla_{static_cast<std::size_t>(config.kv_lora_rank),
+             static_cast<std::size_t>(config.q_lora_rank),
+             static_cast<std::size_t>(config.mla_nope_dim),
+             static_cast<std::size_t>(config.mla_v_dim)} {
+    if (config.mla())  // each head's W_kb and W_vb, as views of the layer's two tensors
+      for (std::size_t h = 0; h < n_heads_(); ++h) {
+        k_b_heads_.push_back(
+            weights_.wk_b.row_range(h * mla_.latent, mla_.latent, weights_.wk_b.name));
+        v_b_heads_.push_back(weights_.wv_b.row_range(h * mla_.v, mla_.v, weights_.wv_b.name));
+      }
     if constexpr (!std::is_same_v<typename Spec::weight_type, AnyWeight>) {
       constexpr DType want = WeightTensor::dtype_of<typename Spec::weight_type>();
       for (const WeightTensor* t : weights.projections())
@@ -109,9 +136,7 @@ class LlamaBlock {
   template <class Chunk>
   void forward(const Compute& compute, float* x, std::size_t n_tokens, const Rope& rope,
                const float* cos, const float* sin, Chunk& chunk, BlockScratch& s) const {
-    const std::size_t dim = dim_(), head_dim = rope.head_dim();
-    const std::size_t q_width = n_heads_() * head_dim, kv_width = n_kv_heads_() * head_dim;
-    const std::size_t half_rot = rope.rot_dims() / 2;
+    const std::size_t dim = dim_();
 
     // A post-norm block's sublayers read the residual stream itself.
     const bool post_norm = layout_ == BlockLayout::post_norm;
@@ -120,9 +145,50 @@ class LlamaBlock {
       norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.attn_norm,
                     weights_.attn_norm_bias, matrix_view(s.normed.data(), n_tokens, dim),
                     compute.kernels());
+    if (mla_.latent > 0)
+      latent_attention(compute, sublayer_in, n_tokens, rope, cos, sin, chunk, s);
+    else
+      attention_sublayer(compute, sublayer_in, n_tokens, rope, cos, sin, chunk, s);
+    const bool output_norms = layout_ == BlockLayout::sandwich || layout_ == BlockLayout::post_norm;
+    if (output_norms)
+      normalize_in_place(compute, s.projected.data(), n_tokens, dim, weights_.post_attn_norm);
+    add_into(x, s.projected.data(), n_tokens * dim);
+
+    // A parallel block's FFN reads the norm attention read, still in s.normed (x before
+    // attention's output joined it).
+    if (!post_norm && layout_ != BlockLayout::parallel)
+      norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm,
+                    weights_.ffn_norm_bias, matrix_view(s.normed.data(), n_tokens, dim),
+                    compute.kernels());
+    if (routing_.n_experts > 0) {
+      const bool shared = !weights_.shared_expert.gate.empty();
+      const MoeWeights moe{
+          &weights_.router, &weights_.experts, shared ? &weights_.shared_expert : nullptr,
+          shared && !shared_expert_ungated_ ? weights_.shared_expert_gate.as<float>() : nullptr};
+      MixtureOfExperts::forward(compute, moe, routing_, activation_, sublayer_in, n_tokens, dim,
+                                s.projected.data(), s.moe, s.gate.data(), s.up.data());
+    } else {
+      GatedFeedForward::forward(compute, weights_.ffn, activation_, sublayer_in, n_tokens,
+                                s.projected.data(), s.gate.data(), s.up.data());
+    }
+    if (output_norms)
+      normalize_in_place(compute, s.projected.data(), n_tokens, dim, weights_.post_ffn_norm);
+    add_into(x, s.projected.data(), n_tokens * dim);
+  }
+
+ private:
+  // Attention of every family but those with latent attention: in: [n_tokens][dim], the
+  // sublayer's input; leaves Wo · heads in s.projected.
+  template <class Chunk>
+  void attention_sublayer(const Compute& compute, const float* in, std::size_t n_tokens,
+                          const Rope& rope, const float* cos, const float* sin, Chunk& chunk,
+                          BlockScratch& s) const {
+    const std::size_t head_dim = rope.head_dim();
+    const std::size_t q_width = n_heads_() * head_dim, kv_width = n_kv_heads_() * head_dim;
+    const std::size_t half_rot = rope.rot_dims() / 2;
     const Compute::Product qkv[] = {
         {&weights_.wq, s.q.data()}, {&weights_.wk, s.k.data()}, {&weights_.wv, s.v.data()}};
-    compute.matmul_fused(qkv, sublayer_in, n_tokens);
+    compute.matmul_fused(qkv, in, n_tokens);
     // A quantized cache stores rotated rows (nn/kv_rotation.hpp); queries turn with the keys.
     const KVRotation rotation = chunk.rotation();
     for (std::size_t t = 0; t < n_tokens; ++t) {
@@ -168,34 +234,96 @@ class LlamaBlock {
     if (rotation.active())  // the output of rotated values, turned back (H is its own inverse)
       hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
-    const bool output_norms = layout_ == BlockLayout::sandwich || layout_ == BlockLayout::post_norm;
-    if (output_norms)
-      normalize_in_place(compute, s.projected.data(), n_tokens, dim, weights_.post_attn_norm);
-    add_into(x, s.projected.data(), n_tokens * dim);
-
-    // A parallel block's FFN reads the norm attention read, still in s.normed (x before
-    // attention's output joined it).
-    if (!post_norm && layout_ != BlockLayout::parallel)
-      norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm,
-                    weights_.ffn_norm_bias, matrix_view(s.normed.data(), n_tokens, dim),
-                    compute.kernels());
-    if (routing_.n_experts > 0) {
-      const bool shared = !weights_.shared_expert.gate.empty();
-      const MoeWeights moe{&weights_.router, &weights_.experts,
-                           shared ? &weights_.shared_expert : nullptr,
-                           shared ? weights_.shared_expert_gate.as<float>() : nullptr};
-      MixtureOfExperts::forward(compute, moe, routing_, activation_, sublayer_in, n_tokens, dim,
-                                s.projected.data(), s.moe, s.gate.data(), s.up.data());
-    } else {
-      GatedFeedForward::forward(compute, weights_.ffn, activation_, sublayer_in, n_tokens,
-                                s.projected.data(), s.gate.data(), s.up.data());
-    }
-    if (output_norms)
-      normalize_in_place(compute, s.projected.data(), n_tokens, dim, weights_.post_ffn_norm);
-    add_into(x, s.projected.data(), n_tokens * dim);
   }
 
- private:
+  // Multi-head latent attention (ModelConfig::kv_lora_rank), absorbed: the cache holds one row
+  // [RoPE(k_pe) | RMSNorm(latent)] per token (head_dim = rot + kv_lora, one KV head, the value
+  // row the same), head h's query is [RoPE(q_pe_h) | W_kb_h · q_nope_h], and its output
+  // W_vb_h · (the latent part of its attention output). in: [n_tokens][dim]; leaves Wo · heads
+  // in s.projected.
+  template <class Chunk>
+  void latent_attention(const Compute& compute, const float* in, std::size_t n_tokens,
+                        const Rope& rope, const float* cos, const float* sin, Chunk& chunk,
+                        BlockScratch& s) const {
+    const std::size_t heads = n_heads_(), rot = rope.rot_dims(), half_rot = rot / 2;
+    const std::size_t latent = mla_.latent, nope = mla_.nope, head_dim = rot + latent;
+    const std::size_t q_head = nope + rot, q_width = heads * head_dim;
+    // Projections of the input: q ([T][heads][q_nope | q_pe], in s.attn until attention writes
+    // it) and the latent with its RoPE key ([T][latent | k_pe], in s.v).
+    float* q_raw = s.attn.data();
+    float* kv_raw = s.v.data();
+    if (mla_.q_lora > 0) {
+      float* q_a = s.mla_in.data();  // [T][q_lora]
+      const Compute::Product first[] = {{&weights_.wq_a, q_a}, {&weights_.wkv_a, kv_raw}};
+      compute.matmul_fused(first, in, n_tokens);
+      normalize_in_place(compute, q_a, n_tokens, mla_.q_lora, weights_.q_a_norm);
+      compute.matmul(weights_.wq_b, q_a, n_tokens, q_raw);
+    } else {
+      const Compute::Product first[] = {{&weights_.wq, q_raw}, {&weights_.wkv_a, kv_raw}};
+      compute.matmul_fused(first, in, n_tokens);
+    }
+    // Absorb the queries: every head's W_kb_h · q_nope_h, its tokens' q_nope gathered, as one
+    // job for all heads.
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t t = 0; t < n_tokens; ++t)
+        std::copy_n(q_raw + (t * heads + h) * q_head, nope,
+                    s.mla_in.data() + (h * n_tokens + t) * nope);
+    for (std::size_t h = 0; h < heads; ++h)
+      s.mla_products[h] = {&k_b_heads_[h], s.mla_in.data() + h * n_tokens * nope,
+                           s.mla_out.data() + h * n_tokens * latent};
+    compute.matmul_each(s.mla_products, n_tokens);
+    const KVRotation rotation = chunk.rotation();
+    for (std::size_t t = 0; t < n_tokens; ++t) {
+      float* q = s.q.data() + t * q_width;  // [heads][rot | latent]
+      for (std::size_t h = 0; h < heads; ++h) {
+        std::copy_n(q_raw + (t * heads + h) * q_head + nope, rot, q + h * head_dim);
+        std::copy_n(s.mla_out.data() + (h * n_tokens + t) * latent, latent, q + h * head_dim + rot);
+      }
+      float* k = s.k.data() + t * head_dim;  // [rot | latent]
+      const float* kv = kv_raw + t * (latent + rot);
+      std::copy_n(kv + latent, rot, k);
+      norm_.forward(matrix_view<const float>(kv, 1, latent), weights_.kv_a_norm, WeightTensor{},
+                    matrix_view(k + rot, 1, latent), compute.kernels());
+      rope.apply(q, heads, cos + t * half_rot, sin + t * half_rot, compute.kernels());
+      rope.apply(k, 1, cos + t * half_rot, sin + t * half_rot, compute.kernels());
+      // The value row is the key row (its RoPE part comes out of attention unused), written
+      // over the token's projection row, read above.
+      float* v = kv_raw + t * head_dim;
+      std::copy_n(k, head_dim, v);
+      if (rotation.active()) {
+        hadamard_rotate(q, q_width, rotation.key_block);
+        hadamard_rotate(k, head_dim, rotation.key_block);
+        hadamard_rotate(v, head_dim, rotation.value_block);
+      }
+      chunk.store(layer_, t, k, v);
+    }
+    // One KV head: the threads split the tokens, each token's heads read its keys once.
+    const std::size_t attention_work = chunk.visible_keys() * heads * head_dim * 2;
+    compute.split(n_tokens, 1, attention_work,
+                  [&](std::size_t begin, std::size_t end, std::size_t) {
+                    for (std::size_t t = begin; t < end; ++t)
+                      chunk.attend(attention_, layer_, t, s.q.data() + t * q_width,
+                                   s.attn.data() + t * q_width, compute.kernels(), 0, heads);
+                  });
+    if (rotation.active()) hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
+    // Every head's W_vb_h · latent output, gathered per head, as one job; then Wo over the
+    // heads' outputs [T][heads][v] (in s.q, free now).
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t t = 0; t < n_tokens; ++t)
+        std::copy_n(s.attn.data() + t * q_width + h * head_dim + rot, latent,
+                    s.mla_in.data() + (h * n_tokens + t) * latent);
+    for (std::size_t h = 0; h < heads; ++h)
+      s.mla_products[h] = {&v_b_heads_[h], s.mla_in.data() + h * n_tokens * latent,
+                           s.mla_out.data() + h * n_tokens * mla_.v};
+    compute.matmul_each(s.mla_products, n_tokens);
+    float* heads_out = s.q.data();  // [T][heads][v]
+    for (std::size_t t = 0; t < n_tokens; ++t)
+      for (std::size_t h = 0; h < heads; ++h)
+        std::copy_n(s.mla_out.data() + (h * n_tokens + t) * mla_.v, mla_.v,
+                    heads_out + (t * heads + h) * mla_.v);
+    compute.matmul(weights_.wo, heads_out, n_tokens, s.projected.data());
+  }
+
   static void add_into(float* x, const float* y, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
   }
@@ -215,9 +343,16 @@ class LlamaBlock {
   QkNorm qk_norm_;
   BlockLayout layout_;
   GateActivation activation_;
-  ExpertRouting routing_;
+  bool shared_expert_ungated_;
+  ExpertRouting routing_;  // n_experts 0 in a dense layer
   Norm norm_;
   Attention attention_;
+  // Multi-head latent attention's widths (all 0 without it) and each head's W_kb and W_vb.
+  struct MlaShape {
+    std::size_t latent, q_lora, nope, v;
+  } mla_;
+  std::vector<WeightTensor> k_b_heads_;  // [n_heads] views of wk_b: [kv_lora][nope]
+  std::vector<WeightTensor> v_b_heads_;  // [n_heads] views of wv_b: [v][kv_lora]
 };
 
 }  // namespace hllm

@@ -2,6 +2,7 @@
 // Presets: the real dimensions of well-known checkpoints, as a runtime ModelConfig (config())
 // and as a ModelSpec type that fixes them (Llama<presets::TinyLlama_1_1B<>>).
 
+#include <cmath>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -184,6 +185,38 @@ struct Olmoe_1B_7B : ModelSpec<W, KV, 2048, 16, 16, 16, 128, 1024, 50304> {
   }
 };
 
+// DeepSeek-V2-Lite: multi-head latent attention (a latent of 512 and a RoPE key of 64 cached per
+// token for 16 heads of 128 + 64), YaRN 40× past 4096 positions with its mscale on the scores,
+// one dense layer of 10944, then 64 experts of 1408, 6 used (not renormalized), and two ungated
+// shared experts.
+template <class W = AnyWeight, class KV = float>
+struct DeepSeek_V2_Lite : ModelSpec<W, KV, 2048, 27, 16, 1, 576, 10944, 102400> {
+  static ModelConfig config() {
+    ModelConfig c =
+        detail::make("deepseek-v2-lite", 102400, 2048, 27, 16, 1, 10944, 163840, 10000.0f);
+    c.architecture = "deepseek2";
+    c.rms_eps = 1e-6f;
+    c.kv_lora_rank = 512;
+    c.mla_nope_dim = 128;
+    c.mla_v_dim = 128;
+    c.rope.rot_dims = 64;
+    c.head_dim = c.kv_lora_rank + c.rope.rot_dims;
+    c.rope.scaling = {.type = RopeScalingType::yarn,
+                      .factor = 40.0f,
+                      .original_context = 4096,
+                      .attention_factor = 1.0f};
+    const double mscale = 0.1 * 0.707 * std::log(40.0) + 1.0;  // mscale_all_dim 0.707
+    c.attention_scale = static_cast<float>(mscale * mscale / std::sqrt(192.0));
+    c.n_experts = 64;
+    c.n_experts_used = 6;
+    c.expert_ffn_dim = 1408;
+    c.shared_expert_ffn_dim = 2 * 1408;
+    c.shared_expert_ungated = true;
+    c.n_dense_layers = 1;
+    return c;
+  }
+};
+
 // The same shape with every block variant off: the plain Llama twin of a config, which tells
 // what the variants cost (hllm-bench --plain).
 inline ModelConfig without_variants(ModelConfig c) {
@@ -204,15 +237,25 @@ inline ModelConfig without_variants(ModelConfig c) {
   c.sliding_window_pattern = 0;
   c.n_experts = c.n_experts_used = c.expert_ffn_dim = c.shared_expert_ffn_dim = 0;  // dense FFN
   c.expert_weights_normalized = false;
+  c.shared_expert_ungated = false;
+  c.expert_weights_scale = 0.0f;
+  c.n_dense_layers = 0;
+  c.window_rope_theta = 0.0f;
+  if (c.mla()) {  // latent attention's plain twin: multi-head attention of dim / n_heads
+    c.kv_lora_rank = c.q_lora_rank = c.mla_nope_dim = c.mla_v_dim = 0;
+    c.n_kv_heads = c.n_heads;
+    c.head_dim = 0;
+    c.rope.rot_dims = 0;
+  }
   c.rope.layout = RopeLayout::interleaved;
   return c;
 }
 
 // Runtime lookup by name (as the benchmark's --preset flag spells them).
 inline std::vector<std::string> names() {
-  return {"tinyllama-1.1b", "llama-2-7b",   "llama-3-8b",        "llama-3.2-1b",
-          "mistral-7b",     "qwen2.5-0.5b", "qwen3-0.6b",        "phi-3-mini",
-          "gemma-2-2b",     "mixtral-mini", "qwen1.5-moe-a2.7b", "olmoe-1b-7b"};
+  return {"tinyllama-1.1b",    "llama-2-7b",  "llama-3-8b",      "llama-3.2-1b", "mistral-7b",
+          "qwen2.5-0.5b",      "qwen3-0.6b",  "phi-3-mini",      "gemma-2-2b",   "mixtral-mini",
+          "qwen1.5-moe-a2.7b", "olmoe-1b-7b", "deepseek-v2-lite"};
 }
 
 inline ModelConfig by_name(std::string_view name) {
@@ -228,6 +271,7 @@ inline ModelConfig by_name(std::string_view name) {
   if (name == "mixtral-mini") return Mixtral_Mini<>::config();
   if (name == "qwen1.5-moe-a2.7b") return Qwen1_5_MoE_A2_7B<>::config();
   if (name == "olmoe-1b-7b") return Olmoe_1B_7B<>::config();
+  if (name == "deepseek-v2-lite") return DeepSeek_V2_Lite<>::config();
   std::string known;
   for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(ErrorKind::invalid_argument,

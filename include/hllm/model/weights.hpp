@@ -40,7 +40,17 @@ struct LayerWeights {
   WeightTensor bv;              // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
   WeightTensor q_norm;          // [1][head_dim] (QkNorm::per_head) or [1][q_dim] (whole), f32
   WeightTensor k_norm;          // [1][head_dim] or [1][kv_dim], f32; empty without QK-norm
-  WeightTensor wo;              // [dim][n_heads*head_dim]
+  WeightTensor wo;              // [dim][n_heads*head_dim]; [dim][n_heads*mla_v_dim] with MLA
+  // Multi-head latent attention (config.mla()) in place of wk, wv and, with q_lora_rank, wq
+  // (without it wq is [n_heads*q_head][dim]); q_head = mla_nope_dim + rot_dims, each head's
+  // rows [q_nope | q_pe]:
+  WeightTensor wq_a;            // [q_lora_rank][dim]
+  WeightTensor q_a_norm;        // [1][q_lora_rank], f32
+  WeightTensor wq_b;            // [n_heads*q_head][q_lora_rank]
+  WeightTensor wkv_a;           // [kv_lora_rank + rot_dims][dim]: [latent | k_pe]
+  WeightTensor kv_a_norm;       // [1][kv_lora_rank], f32
+  WeightTensor wk_b;            // [n_heads*kv_lora_rank][mla_nope_dim]: head h's W_kb, transposed
+  WeightTensor wv_b;            // [n_heads*mla_v_dim][kv_lora_rank]: head h's W_vb
   WeightTensor post_attn_norm;  // [1][dim], f32; with sandwich and post-norm layouts
   WeightTensor ffn_norm;        // [1][dim], f32; empty in a post-norm or parallel block
   WeightTensor ffn_norm_bias;   // [1][dim], f32; with config.norm_bias and an ffn_norm
@@ -55,11 +65,14 @@ struct LayerWeights {
   WeightTensor shared_expert_gate;   // [1][dim], f32: its output times sigmoid(gate · x)
 
   // The projection matrices, the tensors kernels read in the weight type of the model (and
-  // load-time repacking reorders): attention's four, then the FFN's three (a plain MLP's two)
+  // load-time repacking reorders): attention's (four, or latent attention's), then the FFN's
+  // three (a plain MLP's two)
   // or every expert's and the shared expert's. (The router is not among them: files keep it
   // F32.)
   std::vector<WeightTensor*> projections() {
-    std::vector<WeightTensor*> p{&wq, &wk, &wv, &wo};
+    std::vector<WeightTensor*> p;
+    for (WeightTensor* t : {&wq, &wk, &wv, &wo, &wq_a, &wq_b, &wkv_a, &wk_b, &wv_b})
+      if (!t->empty()) p.push_back(t);
     for (FeedForwardWeights* f : feed_forwards()) {
       if (!f->gate.empty()) p.push_back(&f->gate);
       if (!f->up.empty()) p.insert(p.end(), {&f->up, &f->down});
@@ -131,7 +144,8 @@ struct LayerTensor {
   TensorRole role;
   std::size_t rows, cols;
   WeightTensor& (*in)(LayerWeights&, std::size_t expert);
-  std::size_t expert = 0;  // which of LayerWeights::experts, for an expert's tensor
+  std::size_t expert = 0;   // which of LayerWeights::experts, for an expert's tensor
+  std::size_t stacked = 0;  // > 0: GGUF files hold it 3-D, that many matrices (TensorSpec's)
   WeightTensor& at(LayerWeights& l) const { return in(l, expert); }
   const WeightTensor& of(const LayerWeights& l) const { return at(const_cast<LayerWeights&>(l)); }
 };
@@ -164,8 +178,9 @@ inline void add_expert_tensors(const ModelConfig& c, std::vector<LayerTensor>& t
                  [](L& l, std::size_t x) -> WeightTensor& { return l.experts[x].down; }, e});
   }
   if (sff == 0) return;
-  t.push_back({"ffn_gate_inp_shexp.weight", moe + "shared_expert_gate.weight", R::gate, 1, dim,
-               [](L& l, std::size_t) -> WeightTensor& { return l.shared_expert_gate; }});
+  if (!c.shared_expert_ungated)
+    t.push_back({"ffn_gate_inp_shexp.weight", moe + "shared_expert_gate.weight", R::gate, 1, dim,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.shared_expert_gate; }});
   t.push_back({"ffn_gate_shexp.weight", moe + "shared_expert.gate_proj.weight", R::matrix, sff, dim,
                [](L& l, std::size_t) -> WeightTensor& { return l.shared_expert.gate; }});
   t.push_back({"ffn_up_shexp.weight", moe + "shared_expert.up_proj.weight", R::matrix, sff, dim,
@@ -174,22 +189,51 @@ inline void add_expert_tensors(const ModelConfig& c, std::vector<LayerTensor>& t
                [](L& l, std::size_t) -> WeightTensor& { return l.shared_expert.down; }});
 }
 
-// The tensors of one decoder layer of this config, in the order files hold them.
-inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
+// Multi-head latent attention's tensors (ModelConfig::kv_lora_rank), under llama.cpp's deepseek2
+// names: W_kb and W_vb are held per head, 3-D ([n_heads][kv_lora_rank][nope] and
+// [n_heads][v][kv_lora_rank]), as llama.cpp's converter splits Hugging Face's kv_b_proj.
+inline void add_mla_tensors(const ModelConfig& c, std::vector<LayerTensor>& t) {
+  using R = TensorRole;
+  using L = LayerWeights;
+  const auto dim = static_cast<std::size_t>(c.dim), heads = static_cast<std::size_t>(c.n_heads),
+             q_head = static_cast<std::size_t>(c.mla_q_head_dim()),
+             q_lora = static_cast<std::size_t>(c.q_lora_rank),
+             latent = static_cast<std::size_t>(c.kv_lora_rank),
+             rot = static_cast<std::size_t>(c.rope.rot_dims),
+             nope = static_cast<std::size_t>(c.mla_nope_dim),
+             v = static_cast<std::size_t>(c.mla_v_dim);
+  if (q_lora == 0) {
+    t.push_back({"attn_q.weight", "self_attn.q_proj.weight", R::matrix, heads * q_head, dim,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.wq; }});
+  } else {
+    t.push_back({"attn_q_a.weight", "self_attn.q_a_proj.weight", R::matrix, q_lora, dim,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.wq_a; }});
+    t.push_back({"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", R::norm, 1, q_lora,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.q_a_norm; }});
+    t.push_back({"attn_q_b.weight", "self_attn.q_b_proj.weight", R::matrix, heads * q_head, q_lora,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.wq_b; }});
+  }
+  t.push_back({"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", R::matrix,
+               latent + rot, dim, [](L& l, std::size_t) -> WeightTensor& { return l.wkv_a; }});
+  t.push_back({"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", R::norm, 1, latent,
+               [](L& l, std::size_t) -> WeightTensor& { return l.kv_a_norm; }});
+  // Both parts of Hugging Face's kv_b_proj ([n_heads][nope + v][kv_lora_rank]).
+  t.push_back({"attn_k_b.weight", "self_attn.kv_b_proj.weight", R::matrix, heads * latent, nope,
+               [](L& l, std::size_t) -> WeightTensor& { return l.wk_b; }, 0, heads});
+  t.push_back({"attn_v_b.weight", "self_attn.kv_b_proj.weight", R::matrix, heads * v, latent,
+               [](L& l, std::size_t) -> WeightTensor& { return l.wv_b; }, 0, heads});
+  t.push_back({"attn_output.weight", "self_attn.o_proj.weight", R::matrix, dim, heads * v,
+               [](L& l, std::size_t) -> WeightTensor& { return l.wo; }});
+}
+
+// Attention's tensors (q, k, v with their biases and norms, and the output) in every family but
+// those with latent attention.
+inline void add_attention_tensors(const ModelConfig& c, std::vector<LayerTensor>& t) {
   using R = TensorRole;
   using L = LayerWeights;
   const auto dim = static_cast<std::size_t>(c.dim), q = static_cast<std::size_t>(c.q_dim()),
-             kv = static_cast<std::size_t>(c.kv_dim()), ffn = static_cast<std::size_t>(c.ffn_dim),
+             kv = static_cast<std::size_t>(c.kv_dim()),
              head = static_cast<std::size_t>(c.resolved_head_dim());
-  const bool post_norm = c.layout == BlockLayout::post_norm;
-  const bool output_norms = post_norm || c.layout == BlockLayout::sandwich;
-  std::vector<LayerTensor> t;
-  if (!post_norm)
-    t.push_back({"attn_norm.weight", "input_layernorm.weight", R::norm, 1, dim,
-                 [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm; }});
-  if (c.norm_bias)  // (LayerNorm blocks are pre-norm or parallel: ModelConfig::validate)
-    t.push_back({"attn_norm.bias", "input_layernorm.bias", R::bias, 1, dim,
-                 [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm_bias; }});
   t.push_back({"attn_q.weight", "self_attn.q_proj.weight", R::matrix, q, dim,
                [](L& l, std::size_t) -> WeightTensor& { return l.wq; }});
   t.push_back({"attn_k.weight", "self_attn.k_proj.weight", R::matrix, kv, dim,
@@ -213,6 +257,28 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
   }
   t.push_back({"attn_output.weight", "self_attn.o_proj.weight", R::matrix, dim, q,
                [](L& l, std::size_t) -> WeightTensor& { return l.wo; }});
+}
+
+// The tensors of one decoder layer of this config, in the order files hold them; `experts`: of
+// a layer whose FFN is the mixture of experts (ModelConfig::has_experts).
+inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c, bool experts) {
+  using R = TensorRole;
+  using L = LayerWeights;
+  const auto dim = static_cast<std::size_t>(c.dim), ffn = static_cast<std::size_t>(c.ffn_dim);
+  const bool post_norm = c.layout == BlockLayout::post_norm;
+  const bool output_norms = post_norm || c.layout == BlockLayout::sandwich;
+  std::vector<LayerTensor> t;
+  if (!post_norm)
+    t.push_back({"attn_norm.weight", "input_layernorm.weight", R::norm, 1, dim,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm; }});
+  if (c.norm_bias)  // (LayerNorm blocks are pre-norm or parallel: ModelConfig::validate)
+    t.push_back({"attn_norm.bias", "input_layernorm.bias", R::bias, 1, dim,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm_bias; }});
+  if (c.mla()) {
+    add_mla_tensors(c, t);
+  } else {
+    add_attention_tensors(c, t);
+  }
   // Hugging Face calls the FFN's norm post_attention_layernorm, except with norms on the
   // sublayers' outputs (Gemma 2, OLMo 2), where that is the norm after attention and the FFN's
   // (Gemma's; OLMo 2 has none) is pre_feedforward_.
@@ -229,7 +295,7 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
       t.push_back({"ffn_norm.bias", "post_attention_layernorm.bias", R::bias, 1, dim,
                    [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm_bias; }});
   }
-  if (c.n_experts > 0) {
+  if (experts) {
     add_expert_tensors(c, t);
   } else {
     if (c.gated_ffn)
@@ -248,21 +314,47 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
 
 // The spec of a layer's tensor: blk.<layer>.<gguf name>.
 inline TensorSpec layer_tensor_spec(const LayerTensor& t, std::size_t layer) {
-  return {"blk." + std::to_string(layer) + "." + t.gguf, t.rows, t.cols, t.role};
+  return {"blk." + std::to_string(layer) + "." + t.gguf, t.rows, t.cols, t.role, t.stacked};
 }
+
+// The tensor lists of a config's layers, built once (an expert model's lists hold hundreds of
+// entries): its leading dense layers' (ModelConfig::n_dense_layers) and the others'.
+struct LayerTensorLists {
+  explicit LayerTensorLists(const ModelConfig& c)
+      : n_layers(static_cast<std::size_t>(c.n_layers)),
+        n_dense(c.n_experts > 0 ? static_cast<std::size_t>(
+                                      std::clamp<std::int64_t>(c.n_dense_layers, 0, c.n_layers))
+                                : 0),
+        dense(n_dense > 0 ? layer_tensors(c, false) : std::vector<LayerTensor>{}),
+        rest(layer_tensors(c, c.n_experts > 0)) {}
+  std::size_t n_layers, n_dense;
+  std::vector<LayerTensor> dense, rest;
+
+  const std::vector<LayerTensor>& of(std::size_t layer) const {
+    return layer < n_dense ? dense : rest;
+  }
+  // How many tensors the layers hold together.
+  std::size_t count() const { return n_dense * dense.size() + (n_layers - n_dense) * rest.size(); }
+  // The index-th of them in file order: its layer, and which tensor of that layer.
+  std::pair<std::size_t, const LayerTensor*> at(std::size_t index) const {
+    const std::size_t in_dense = n_dense * dense.size();
+    if (index < in_dense) return {index / dense.size(), &dense[index % dense.size()]};
+    index -= in_dense;
+    return {n_dense + index / rest.size(), &rest[index % rest.size()]};
+  }
+};
 
 namespace detail {
 
-// model_tensor_count and model_tensor_spec for the layer list `layer` = layer_tensors(c), which
-// callers that need many specs build once (an expert model's list holds hundreds of entries).
-inline std::size_t model_tensor_count(const ModelConfig& c, const std::vector<LayerTensor>& layer) {
-  return 1 + layer.size() * static_cast<std::size_t>(c.n_layers) + 1 + (c.norm_bias ? 1 : 0) +
-         (c.tied_embeddings ? 0 : 1);
+// model_tensor_count and model_tensor_spec for the layers' lists, which callers that need many
+// specs build once.
+inline std::size_t model_tensor_count(const ModelConfig& c, const LayerTensorLists& layers) {
+  return 1 + layers.count() + 1 + (c.norm_bias ? 1 : 0) + (c.tied_embeddings ? 0 : 1);
 }
-inline TensorSpec model_tensor_spec(const ModelConfig& c, const std::vector<LayerTensor>& layer,
+inline TensorSpec model_tensor_spec(const ModelConfig& c, const LayerTensorLists& layers,
                                     std::size_t index) {
   const auto dim = static_cast<std::size_t>(c.dim), vocab = static_cast<std::size_t>(c.vocab_size);
-  const std::size_t layers_total = layer.size() * static_cast<std::size_t>(c.n_layers);
+  const std::size_t layers_total = layers.count();
   if (index == 0) return {"token_embd.weight", vocab, dim};
   const std::size_t output = layers_total + 2 + (c.norm_bias ? 1 : 0);
   if (index == layers_total + 1) return {"output_norm.weight", 1, dim, TensorRole::norm};
@@ -271,39 +363,40 @@ inline TensorSpec model_tensor_spec(const ModelConfig& c, const std::vector<Laye
   if (index == output && !c.tied_embeddings) return {"output.weight", vocab, dim};
   if (index > layers_total)
     throw Error(ErrorKind::internal, "tensor index " + std::to_string(index) + " past the model");
-  return layer_tensor_spec(layer[(index - 1) % layer.size()], (index - 1) / layer.size());
+  const auto [layer, tensor] = layers.at(index - 1);
+  return layer_tensor_spec(*tensor, layer);
 }
 
 }  // namespace detail
 
 // How many tensors a model of this config has: embedding, the layers', final norm, output.
 inline std::size_t model_tensor_count(const ModelConfig& c) {
-  return detail::model_tensor_count(c, layer_tensors(c));
+  return detail::model_tensor_count(c, LayerTensorLists(c));
 }
 
 // The index-th tensor of model_tensor_specs(), computed on its own: loaders look tensors up one
 // at a time, so a corrupt layer count of millions fails at the first missing tensor instead of
 // first building millions of names (2 GB for a block_count of 16 million).
 inline TensorSpec model_tensor_spec(const ModelConfig& c, std::size_t index) {
-  return detail::model_tensor_spec(c, layer_tensors(c), index);
+  return detail::model_tensor_spec(c, LayerTensorLists(c), index);
 }
 
 // Every tensor a model has, with GGUF names and shapes [rows][cols], in file order. (For
 // models whose weights exist; loaders use model_tensor_spec one at a time.)
 inline std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
-  const std::vector<LayerTensor> layer = layer_tensors(c);
-  const std::size_t count = detail::model_tensor_count(c, layer);
+  const LayerTensorLists layers(c);
+  const std::size_t count = detail::model_tensor_count(c, layers);
   std::vector<TensorSpec> specs;
-  for (std::size_t i = 0; i < count; ++i) specs.push_back(detail::model_tensor_spec(c, layer, i));
+  for (std::size_t i = 0; i < count; ++i) specs.push_back(detail::model_tensor_spec(c, layers, i));
   return specs;
 }
 
 // The model's tensors in model_tensor_specs() order.
 inline std::vector<const WeightTensor*> model_tensors(const ModelConfig& c, const ModelWeights& w) {
-  const std::vector<LayerTensor> layer = layer_tensors(c);
+  const LayerTensorLists layers(c);
   std::vector<const WeightTensor*> tensors{&w.token_embedding};
-  for (const LayerWeights& l : w.layers)
-    for (const LayerTensor& t : layer) tensors.push_back(&t.of(l));
+  for (std::size_t l = 0; l < w.layers.size(); ++l)
+    for (const LayerTensor& t : layers.of(l)) tensors.push_back(&t.of(w.layers[l]));
   tensors.push_back(&w.output_norm);
   if (c.norm_bias) tensors.push_back(&w.output_norm_bias);
   if (!c.tied_embeddings) tensors.push_back(&w.output);
@@ -337,7 +430,10 @@ inline std::optional<FusedPart> fused_part(const ModelConfig& c, const TensorSpe
   if (c.n_experts > 0) {  // ffn_gate.E.weight: matrix E of ffn_gate_exps, [n_experts][rows][cols]
     for (const char* kind : {"ffn_gate.", "ffn_up.", "ffn_down."}) {
       const std::string_view prefix = kind;
-      if (!part.starts_with(prefix) || !part.ends_with(".weight")) continue;
+      // (A leading dense layer's ffn_gate.weight, DeepSeek's, has no expert number.)
+      if (!part.starts_with(prefix) || !part.ends_with(".weight") ||
+          part.size() <= prefix.size() + 7)
+        continue;
       const std::string_view digits = part.substr(prefix.size(), part.size() - prefix.size() - 7);
       std::size_t e = 0;
       for (const char d : digits) e = e * 10 + static_cast<std::size_t>(d - '0');
@@ -376,23 +472,23 @@ inline std::map<std::string, std::vector<std::size_t>> fused_members(
 inline ModelWeights assemble_weights(const ModelConfig& c,
                                      const std::function<WeightTensor(const TensorSpec&)>& lookup) {
   ModelWeights w;
-  const std::vector<LayerTensor> layer = layer_tensors(c);
-  w.token_embedding = lookup(detail::model_tensor_spec(c, layer, 0));
+  const LayerTensorLists layers(c);
+  w.token_embedding = lookup(detail::model_tensor_spec(c, layers, 0));
   // Layers are appended as their tensors are found (not sized up front), so a corrupt layer
   // count costs nothing before the first missing tensor stops it.
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights& weights = w.layers.emplace_back();
-    weights.experts.resize(static_cast<std::size_t>(c.n_experts));
-    for (const LayerTensor& t : layer)
+    if (c.has_experts(l)) weights.experts.resize(static_cast<std::size_t>(c.n_experts));
+    for (const LayerTensor& t : layers.of(static_cast<std::size_t>(l)))
       t.at(weights) = lookup(layer_tensor_spec(t, static_cast<std::size_t>(l)));
   }
-  const std::size_t after_layers = 1 + layer.size() * static_cast<std::size_t>(c.n_layers);
-  w.output_norm = lookup(detail::model_tensor_spec(c, layer, after_layers));
+  const std::size_t after_layers = 1 + layers.count();
+  w.output_norm = lookup(detail::model_tensor_spec(c, layers, after_layers));
   if (c.norm_bias)
-    w.output_norm_bias = lookup(detail::model_tensor_spec(c, layer, after_layers + 1));
+    w.output_norm_bias = lookup(detail::model_tensor_spec(c, layers, after_layers + 1));
   if (!c.tied_embeddings)
     w.output =
-        lookup(detail::model_tensor_spec(c, layer, after_layers + 1 + (c.norm_bias ? 1 : 0)));
+        lookup(detail::model_tensor_spec(c, layers, after_layers + 1 + (c.norm_bias ? 1 : 0)));
   return w;
 }
 

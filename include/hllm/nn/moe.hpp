@@ -27,6 +27,7 @@ namespace hllm {
 struct ExpertRouting {
   std::size_t n_experts = 0, n_used = 0;
   bool normalized = false;  // the chosen weights divided by their sum
+  float scale = 1.0f;       // then times this (DeepSeek's routed_scaling_factor)
 };
 
 // For each of n_tokens tokens, the n_used experts of highest probability (softmax over the
@@ -57,6 +58,8 @@ inline void route_tokens(const ExpertRouting& r, const float* logits, std::size_
     }
     if (r.normalized)
       for (std::size_t j = 0; j < r.n_used; ++j) w[j] /= chosen_total;
+    if (r.scale != 1.0f)
+      for (std::size_t j = 0; j < r.n_used; ++j) w[j] *= r.scale;
   }
 }
 
@@ -99,7 +102,7 @@ struct MoeWeights {
   const WeightTensor* router;                      // [n_experts][dim]
   const std::vector<FeedForwardWeights>* experts;  // n_experts
   const FeedForwardWeights* shared;                // nullptr: none
-  const float* shared_gate;                        // [dim]; with shared
+  const float* shared_gate;                        // [dim]; nullptr: ungated (DeepSeek)
 };
 
 class MixtureOfExperts {
@@ -192,7 +195,7 @@ class MixtureOfExperts {
   }
 
   // out += sigmoid(shared_gate · x) · shared(x) for each token, where the model has a shared
-  // expert.
+  // expert (shared(x) alone where it is ungated).
   static void add_shared_expert(const Compute& compute, const MoeWeights& w,
                                 GateActivation activation, const float* x, std::size_t n_tokens,
                                 std::size_t dim, float* out, MoeScratch& s, float* gate_scratch,
@@ -203,8 +206,10 @@ class MixtureOfExperts {
     for (std::size_t t = 0; t < n_tokens; ++t) {
       const float* xt = x + t * dim;
       double dot = 0.0;
-      for (std::size_t d = 0; d < dim; ++d) dot += static_cast<double>(w.shared_gate[d]) * xt[d];
-      const float g = static_cast<float>(1.0 / (1.0 + std::exp(-dot)));
+      if (w.shared_gate != nullptr)
+        for (std::size_t d = 0; d < dim; ++d) dot += static_cast<double>(w.shared_gate[d]) * xt[d];
+      const float g =
+          w.shared_gate != nullptr ? static_cast<float>(1.0 / (1.0 + std::exp(-dot))) : 1.0f;
       const float* y = s.rows_out.data() + t * dim;
       for (std::size_t d = 0; d < dim; ++d) out[t * dim + d] += g * y[d];
     }
