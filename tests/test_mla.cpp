@@ -17,6 +17,7 @@
 
 #include "hllm/io/convert.hpp"
 #include "hllm/model/llama.hpp"
+#include "hllm/model/repack.hpp"
 #include "hllm/model/session.hpp"
 #include "model_logits.hpp"
 #include "test_util.hpp"
@@ -234,6 +235,44 @@ INSTANTIATE_TEST_SUITE_P(QueryProjection, LatentAttention, ::testing::Values(0, 
                          [](const auto& p) {
                            return p.param == 0 ? std::string("direct") : std::string("low_rank");
                          });
+
+// Repacking at load keeps each head's W_kb and W_vb rows whole: with values of 24 per head a
+// 16-row panel would straddle two heads' views, so W_vb stays in the file's layout (F32) or
+// takes 8-row groups (Q8_0) while W_kb (64 rows a head) takes panels; the logits equal the
+// unrepacked model's, every ISA, with float activations (8-bit ones differ by rounding
+// steps: the other tests' bound). DeepSeek-V3's golden (v_head_dim 24) caught a panel that
+// straddled two heads.
+TEST(LatentAttentionRepack, PanelsNeverStraddleTwoHeads) {
+  hllm::ModelConfig c = latent_config(0);
+  c.mla_v_dim = 24;
+  const std::vector<std::int32_t> tokens = some_tokens(12);
+  for (hllm::DType type : {hllm::DType::f32, hllm::DType::q8_0}) {
+    SCOPED_TRACE(hllm::dtype_name(type));
+    hllm::ConvertedModel m =
+        hllm::convert_model(c, hllm::random_weights(c, hllm::DType::f32, 4), type);
+    hllm::ModelWeights repacked = m.weights;
+    hllm::repack_weights(repacked, hllm::RepackPlan::all(), false);
+    const hllm::LayoutSpec* v_layout = hllm::repacked_layout(repacked.layers[0].wv_b.type);
+    EXPECT_TRUE(v_layout == nullptr || 24 % v_layout->group_rows == 0);
+    EXPECT_EQ(v_layout == nullptr, type == hllm::DType::f32);
+    EXPECT_NE(repacked.layers[0].wk_b.type, type);
+    const hllm::Llama<> plain(m.config, m.weights), packed(m.config, std::move(repacked));
+    for (hllm::Isa isa : hllm::test::supported_isas()) {
+      SCOPED_TRACE(hllm::to_string(isa));
+      for (const bool exact : {true, false}) {
+        hllm::Session<> a(plain, {.threads = 2, .isa = isa, .exact = exact}),
+            b(packed, {.threads = 2, .isa = isa, .exact = exact});
+        const std::span<const float> la = a.prefill(tokens, hllm::Logits::all);
+        const std::vector<float> expected(la.begin(), la.end());
+        EXPECT_TRUE(all_close(b.prefill(tokens, hllm::Logits::all), expected,
+                              exact || type == hllm::DType::f32 ? 1e-5f : 1e-2f));
+      }
+    }
+  }
+  const hllm::WeightTensor panels{hllm::DType::f32_x16, nullptr, 32, 32, "w"};
+  EXPECT_EQ(hllm::test::catch_error([&] { panels.row_range(8, 16, "half"); }).kind(),
+            hllm::ErrorKind::internal);
+}
 
 // The cache holds rot + kv_lora values per token and layer for keys and as many for values,
 // where the expanded form holds n_heads · (nope + rot) and n_heads · v.

@@ -27,14 +27,21 @@ namespace {
 
 using hllm::test::all_close;
 
-std::vector<std::uint32_t> route(const std::vector<float>& logits, std::size_t n, std::size_t k,
-                                 bool normalized, std::vector<float>* weights = nullptr) {
-  const std::size_t tokens = logits.size() / n;
-  std::vector<std::uint32_t> chosen(tokens * k);
-  std::vector<float> w(tokens * k);
-  hllm::route_tokens({n, k, normalized}, logits.data(), tokens, chosen.data(), w.data());
+std::vector<std::uint32_t> route(std::vector<float> logits, const hllm::ExpertRouting& r,
+                                 std::vector<float>* weights = nullptr,
+                                 const std::vector<float>& bias = {}) {
+  const std::size_t tokens = logits.size() / r.n_experts;
+  std::vector<std::uint32_t> chosen(tokens * r.n_used);
+  std::vector<float> w(tokens * r.n_used), group_scores(r.n_groups);
+  hllm::route_tokens(r, logits.data(), tokens, bias.empty() ? nullptr : bias.data(),
+                     group_scores.data(), chosen.data(), w.data());
   if (weights != nullptr) *weights = w;
   return chosen;
+}
+
+std::vector<std::uint32_t> route(const std::vector<float>& logits, std::size_t n, std::size_t k,
+                                 bool normalized, std::vector<float>* weights = nullptr) {
+  return route(logits, hllm::ExpertRouting{n, k, normalized}, weights);
 }
 
 TEST(ExpertRouting, TiesGoToTheLowerIndexInDescendingOrder) {
@@ -62,13 +69,62 @@ TEST(ExpertRouting, WeightsAreTheSoftmaxProbabilitiesOrTheirShareOfTheChosen) {
 // DeepSeek's routed_scaling_factor: the weights times the scale, after renormalization.
 TEST(ExpertRouting, ScaleMultipliesTheWeightsAfterRenormalization) {
   const std::vector<float> logits{0.5f, -1.0f, 2.0f, 1.0f};
-  std::vector<float> plain, scaled(2);
+  std::vector<float> plain, scaled;
   route(logits, 4, 2, true, &plain);
-  std::vector<std::uint32_t> chosen(2);
-  hllm::route_tokens({4, 2, true, 2.5f}, logits.data(), 1, chosen.data(), scaled.data());
-  EXPECT_EQ(chosen, (std::vector<std::uint32_t>{2, 3}));
+  EXPECT_EQ(route(logits, hllm::ExpertRouting{4, 2, true, 2.5f}, &scaled),
+            (std::vector<std::uint32_t>{2, 3}));
   EXPECT_NEAR(scaled[0], 2.5f * plain[0], 1e-6);
   EXPECT_NEAR(scaled[0] + scaled[1], 2.5, 1e-6);
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// DeepSeek-V3's scores: each logit's sigmoid, chosen by score plus the expert's selection bias
+// and weighed by the score alone (renormalized, then scaled).
+TEST(ExpertRouting, SigmoidScoresWithASelectionBiasChooseByTheBiasWeighWithout) {
+  const std::vector<float> logits{0.5f, -1.0f, 2.0f, 1.0f};
+  hllm::ExpertRouting r{4, 2, false};
+  r.gating = hllm::ExpertGating::sigmoid;
+  std::vector<float> w;
+  EXPECT_EQ(route(logits, r, &w), (std::vector<std::uint32_t>{2, 3}));
+  EXPECT_NEAR(w[0], sigmoid(2.0), 1e-6);
+  EXPECT_NEAR(w[1], sigmoid(1.0), 1e-6);
+  // A bias of 0.6 lifts expert 1 (sigmoid(-1) = 0.269) over expert 3 (0.731) and below 2.
+  const std::vector<float> bias{0.0f, 0.6f, 0.0f, 0.0f};
+  EXPECT_EQ(route(logits, r, &w, bias), (std::vector<std::uint32_t>{2, 1}));
+  EXPECT_NEAR(w[1], sigmoid(-1.0), 1e-6);
+  r.normalized = true;
+  r.scale = 2.5f;
+  route(logits, r, &w, bias);
+  EXPECT_NEAR(w[0], 2.5 * sigmoid(2.0) / (sigmoid(2.0) + sigmoid(-1.0)), 1e-6);
+  EXPECT_NEAR(w[0] + w[1], 2.5, 1e-6);
+}
+
+// Group-limited routing: a group's score is the sum of its two best biased scores, the token
+// keeps the best groups (ties to the lower group) and chooses among their experts only.
+TEST(ExpertRouting, GroupsScoredByTheirTwoBestLimitTheChoice) {
+  hllm::ExpertRouting r{8, 2, true};
+  r.gating = hllm::ExpertGating::sigmoid;
+  r.n_groups = 4;  // {0,1} {2,3} {4,5} {6,7}
+  r.n_groups_used = 2;
+  // Expert 0 is the best alone, but its group's pair (sigmoid 3 + sigmoid -3) sums below
+  // {2,3}'s and {4,5}'s; {4,5} ties {6,7} and wins as the lower group, until a bias lifts 7.
+  const std::vector<float> logits{3.0f, -3.0f, 1.0f, 1.0f, 0.5f, 0.5f, 0.5f, 0.5f};
+  std::vector<float> w;
+  EXPECT_EQ(route(logits, r, &w), (std::vector<std::uint32_t>{2, 3}));
+  r.n_used = 3;  // groups {2,3} and {4,5} (the tie to the lower group)
+  EXPECT_EQ(route(logits, r), (std::vector<std::uint32_t>{2, 3, 4}));
+  const std::vector<float> bias{0, 0, 0, 0, 0, 0, 0, 0.01f};
+  EXPECT_EQ(route(logits, r, &w, bias), (std::vector<std::uint32_t>{2, 3, 7}));
+  EXPECT_NEAR(w[2], sigmoid(0.5) / (2 * sigmoid(1.0) + sigmoid(0.5)), 1e-6);
+  // Every group kept: the plain top-k.
+  r.n_groups_used = 4;
+  EXPECT_EQ(route(logits, r), (std::vector<std::uint32_t>{0, 2, 3}));
+  // Softmax scores group the same way; with them expert 0's group sums highest (e³ + e⁻³).
+  r.gating = hllm::ExpertGating::softmax;
+  r.n_groups_used = 1;
+  r.n_used = 2;
+  EXPECT_EQ(route(logits, r), (std::vector<std::uint32_t>{0, 1}));
 }
 
 // Small float experts, a router, and the direct sum the grouped forward must equal.
@@ -99,15 +155,16 @@ struct Experts {
 
   // out: [T][dim], each token's chosen experts' SwiGLU outputs summed by weight, with the
   // reference kernels one token at a time.
-  std::vector<float> direct(const std::vector<float>& x, const hllm::ExpertRouting& r) const {
+  std::vector<float> direct(const std::vector<float>& x, const hllm::ExpertRouting& r,
+                            const float* bias = nullptr) const {
     const std::size_t tokens = x.size() / kDim;
     std::vector<float> out(x.size(), 0.0f), logits(r.n_experts), gate(kFfn), up(kFfn), act(kFfn),
-        y(kDim), w(r.n_used);
+        y(kDim), w(r.n_used), group_scores(r.n_groups);
     std::vector<std::uint32_t> chosen(r.n_used);
     for (std::size_t t = 0; t < tokens; ++t) {
       const float* xt = x.data() + t * kDim;
       hllm::reference::matmul(router, xt, 1, logits.data());
-      hllm::route_tokens(r, logits.data(), 1, chosen.data(), w.data());
+      hllm::route_tokens(r, logits.data(), 1, bias, group_scores.data(), chosen.data(), w.data());
       for (std::size_t j = 0; j < r.n_used; ++j) {
         const hllm::FeedForwardWeights& f = experts[chosen[j]];
         hllm::reference::matmul(f.gate, xt, 1, gate.data());
@@ -121,13 +178,14 @@ struct Experts {
   }
 
   std::vector<float> grouped(const std::vector<float>& x, const hllm::ExpertRouting& r,
-                             hllm::Isa isa, std::size_t threads) const {
+                             hllm::Isa isa, std::size_t threads,
+                             const float* bias = nullptr) const {
     const std::size_t tokens = x.size() / kDim;
     hllm::ThreadPool pool(threads);
     const hllm::Compute compute(hllm::kernels::table_for(isa), pool);
     hllm::MoeScratch scratch(tokens, kDim, kFfn, r);
     std::vector<float> out(x.size()), gate(tokens * kFfn), up(tokens * kFfn);
-    hllm::MixtureOfExperts::forward(compute, {&router, &experts, nullptr, nullptr}, r,
+    hllm::MixtureOfExperts::forward(compute, {&router, &experts, nullptr, nullptr, bias}, r,
                                     hllm::GateActivation::silu, x.data(), tokens, kDim, out.data(),
                                     scratch, gate.data(), up.data());
     return out;
@@ -144,6 +202,28 @@ TEST(MixtureOfExperts, GroupedForwardEqualsTheDirectSumOnEveryIsa) {
       SCOPED_TRACE(std::string(hllm::to_string(isa)) + " k " + std::to_string(r.n_used));
       EXPECT_TRUE(all_close(m.grouped(x, r, isa, 2), m.direct(x, r), 1e-5f));
     }
+}
+
+// DeepSeek-V3's routing through the forward: the layer's selection bias reaches the router,
+// groups limit the choice, a chunk and its tokens alone agree, on every ISA.
+TEST(MixtureOfExperts, SigmoidGroupedBiasedRoutingEqualsTheDirectSum) {
+  const Experts m(8, 70);
+  const std::vector<float> x = hllm::test::random_vector(9 * Experts::kDim, 71);
+  const std::vector<float> bias = hllm::test::random_vector(8, 72);
+  hllm::ExpertRouting r{8, 3, true, 2.5f};
+  r.gating = hllm::ExpertGating::sigmoid;
+  r.n_groups = 4;
+  r.n_groups_used = 2;
+  // The bias changes some token's choice (else the test would not show it is read).
+  EXPECT_FALSE(all_close(m.direct(x, r, bias.data()), m.direct(x, r), 1e-3f));
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    const std::vector<float> chunk = m.grouped(x, r, isa, 2, bias.data());
+    EXPECT_TRUE(all_close(chunk, m.direct(x, r, bias.data()), 1e-5f));
+    const std::vector<float> one(x.begin(), x.begin() + Experts::kDim);
+    EXPECT_TRUE(all_close(m.grouped(one, r, isa, 2, bias.data()),
+                          std::span(chunk).first(Experts::kDim), 1e-6f));
+  }
 }
 
 // A router that sends every token to expert 0 (and, for k = 2, to expert 1): the others are
@@ -221,9 +301,9 @@ TEST(MixtureOfExperts, UngatedSharedExpertIsAddedAsItIs) {
       hllm::MoeScratch scratch(tokens, Experts::kDim, Experts::kFfn, r);
       std::vector<float> out(tokens * Experts::kDim), g(tokens * Experts::kFfn),
           u(tokens * Experts::kFfn);
-      hllm::MixtureOfExperts::forward(compute, {&m.router, &m.experts, &shared, nullptr}, r,
-                                      hllm::GateActivation::silu, x.data(), tokens, Experts::kDim,
-                                      out.data(), scratch, g.data(), u.data());
+      hllm::MixtureOfExperts::forward(compute, {&m.router, &m.experts, &shared, nullptr, nullptr},
+                                      r, hllm::GateActivation::silu, x.data(), tokens,
+                                      Experts::kDim, out.data(), scratch, g.data(), u.data());
       EXPECT_TRUE(all_close(out, std::span(expected).first(out.size()), 1e-5f)) << tokens;
     }
   }

@@ -60,12 +60,18 @@ Independent references
       yarn_get_mscale(mscale) / yarn_get_mscale(mscale_all_dim); DeepseekV2MoE's softmax
       gate, greedy top-k, `topk_weight * self.routed_scaling_factor` (norm_topk_prob false),
       shared_experts added ungated; DeepseekV2MLP below first_k_dense_replace;
+    - deepseek3: DeepSeek-V3's modeling_deepseek.py (remote code; transformers added
+      DeepseekV3 after the pinned version): DeepSeek-V2's attention with q_lora_rank
+      (q_b_proj(q_a_layernorm(q_a_proj(x)))), and MoEGate's noaux_tc routing (route_v3):
+      sigmoid scores, e_score_correction_bias for choosing only, groups scored by their two
+      best, topk_group kept; norm_topk_prob and routed_scaling_factor on the weights; the
+      multi-token prediction layer past num_hidden_layers unread;
 * Where the pinned transformers has the class (Qwen2, Phi3, Gemma2, Mixtral, Qwen2Moe, Olmoe, Cohere,
   Falcon), its eager
   float64 forward,
   with the float32 casts inside kept in float64 as gen_goldens.py does for Llama, must agree
   with the textbook logits within 1e-9; the checkpoint is written by its save_pretrained.
-  Where it lacks the class (Qwen3, Qwen3Moe, Olmo2, Gemma3, DeepseekV2), config.json is written with the keys its
+  Where it lacks the class (Qwen3, Qwen3Moe, Olmo2, Gemma3, DeepseekV2, DeepseekV3), config.json is written with the keys its
   config class has and the tensors with the names its model uses.
 Deterministic: fixed seeds; a re-run writes identical files.
 """
@@ -301,7 +307,13 @@ def random_deepseek2_checkpoint(rng: g.Rng, cfg: dict) -> dict:
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         w[p + "input_layernorm.weight"] = rng.norm_weight(dim)  # [dim]
-        w[p + "self_attn.q_proj.weight"] = rng.linear(H * (nope + rot), dim)  # [H*(nope+rot), dim]
+        if cfg.get("q_lora_rank"):  # V3: q = q_b_proj(q_a_layernorm(q_a_proj(x)))
+            q_lora = cfg["q_lora_rank"]
+            w[p + "self_attn.q_a_proj.weight"] = rng.linear(q_lora, dim)  # [q_lora, dim]
+            w[p + "self_attn.q_a_layernorm.weight"] = rng.norm_weight(q_lora)  # [q_lora]
+            w[p + "self_attn.q_b_proj.weight"] = rng.linear(H * (nope + rot), q_lora)  # [H*(nope+rot), q_lora]
+        else:
+            w[p + "self_attn.q_proj.weight"] = rng.linear(H * (nope + rot), dim)  # [H*(nope+rot), dim]
         w[p + "self_attn.kv_a_proj_with_mqa.weight"] = rng.linear(lora + rot, dim)  # [lora+rot, dim]
         w[p + "self_attn.kv_a_layernorm.weight"] = rng.norm_weight(lora)  # [lora]
         w[p + "self_attn.kv_b_proj.weight"] = rng.linear(H * (nope + v), lora)  # [H*(nope+v), lora]
@@ -315,6 +327,8 @@ def random_deepseek2_checkpoint(rng: g.Rng, cfg: dict) -> dict:
             continue
         eff, sff = cfg["moe_intermediate_size"], cfg["moe_intermediate_size"] * cfg["n_shared_experts"]
         w[p + "mlp.gate.weight"] = rng.linear(cfg["n_routed_experts"], dim)  # [E, dim]
+        if cfg.get("topk_method") == "noaux_tc":  # V3's selection bias, >= 0 (see deepseek2_logits)
+            w[p + "mlp.gate.e_score_correction_bias"] = rng.normal(cfg["n_routed_experts"], std=0.1).abs()  # [E]
         for e in range(cfg["n_routed_experts"]):
             q = p + f"mlp.experts.{e}."
             w[q + "gate_proj.weight"] = rng.linear(eff, dim)  # [eff, dim]
@@ -324,9 +338,43 @@ def random_deepseek2_checkpoint(rng: g.Rng, cfg: dict) -> dict:
         w[q + "gate_proj.weight"] = rng.linear(sff, dim)  # [sff, dim]
         w[q + "up_proj.weight"] = rng.linear(sff, dim)  # [sff, dim]
         w[q + "down_proj.weight"] = rng.linear(dim, sff)  # [dim, sff]
+    # V3's multi-token prediction layers follow the decoder's (model.layers.N for N >=
+    # num_hidden_layers); inference reads none of them. A stand-in with some of their tensors.
+    for l in range(cfg["num_hidden_layers"], cfg["num_hidden_layers"] + cfg.get("num_nextn_predict_layers", 0)):
+        p = f"model.layers.{l}."
+        w[p + "eh_proj.weight"] = rng.linear(dim, 2 * dim)  # [dim, 2*dim]
+        w[p + "enorm.weight"] = rng.norm_weight(dim)  # [dim]
+        w[p + "hnorm.weight"] = rng.norm_weight(dim)  # [dim]
+        w[p + "input_layernorm.weight"] = rng.norm_weight(dim)  # [dim]
     w["model.norm.weight"] = rng.norm_weight(dim)  # [dim]
     w["lm_head.weight"] = rng.normal(cfg["vocab_size"], dim, std=1.0 / math.sqrt(dim))  # [vocab, dim]
     return w
+
+
+MARGIN = 1e-3  # the least gap at a routing decision: float32 rounding must not flip one
+
+
+def route_v3(scores: torch.Tensor, bias: torch.Tensor, cfg: dict) -> list[int]:
+    """DeepSeek-V3's MoEGate, topk_method noaux_tc, for one token: scores [E] (sigmoid), bias
+    [E]. `scores_for_choice = scores + e_score_correction_bias`; group_scores = the sum of each
+    group's top 2; the topk_group best groups kept, the others' choices `masked_fill(..., 0.0)`;
+    topk of what is left. (The mask's 0.0 equals llama.cpp's -inf here: the biases are >= 0, so
+    every kept choice is > 0.) -> the chosen experts, best first."""
+    E, groups = scores.numel(), cfg["n_group"]
+    choice = scores + bias  # [E]
+    grouped = choice.view(groups, E // groups)  # [groups, E/groups]
+    group_scores = grouped.topk(2, dim=-1)[0].sum(-1)  # [groups]
+    order = sorted(range(groups), key=lambda i: (-float(group_scores[i]), i))
+    keep = order[:cfg["topk_group"]]
+    if len(order) > len(keep):
+        assert float(group_scores[keep[-1]] - group_scores[order[len(keep)]]) > MARGIN, "group tie"
+    masked = torch.zeros_like(choice)
+    for gi in keep:
+        masked.view(groups, -1)[gi] = grouped[gi]
+    ranked = sorted(range(E), key=lambda e: (-float(masked[e]), e))
+    k = cfg["num_experts_per_tok"]
+    assert float(masked[ranked[k - 1]] - masked[ranked[k]]) > MARGIN, "expert tie"
+    return ranked[:k]
 
 
 def yarn_get_mscale(scale: float, mscale: float) -> float:
@@ -353,7 +401,12 @@ def deepseek2_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         n = g.rmsnorm(h, w[p + "input_layernorm.weight"], eps)  # [T, dim]
-        q = (n @ w[p + "self_attn.q_proj.weight"].T).reshape(T, H, q_head)  # [T, H, nope+rot]
+        if cfg.get("q_lora_rank"):  # V3's low-rank queries
+            q = g.rmsnorm(n @ w[p + "self_attn.q_a_proj.weight"].T, w[p + "self_attn.q_a_layernorm.weight"], eps) \
+                @ w[p + "self_attn.q_b_proj.weight"].T  # [T, H*q_head]
+        else:
+            q = n @ w[p + "self_attn.q_proj.weight"].T  # [T, H*q_head]
+        q = q.reshape(T, H, q_head)  # [T, H, nope+rot]
         q_nope, q_pe = q[..., :nope], q[..., nope:]
         ckv = n @ w[p + "self_attn.kv_a_proj_with_mqa.weight"].T  # [T, lora+rot]
         c, k_pe = ckv[:, :lora], ckv[:, lora:]
@@ -376,13 +429,24 @@ def deepseek2_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
         else:
             # DeepseekV2MoE: softmax scores, greedy top-k, the weights times routed_scaling_factor
             # (not renormalized: norm_topk_prob false), plus the ungated shared experts.
-            probs = torch.softmax(m @ w[p + "mlp.gate.weight"].T, dim=-1)  # [T, E]
+            # DeepseekV3MoE: sigmoid scores routed by route_v3, the chosen scores renormalized
+            # (`topk_weight / (denominator + 1e-20)`, norm_topk_prob true), then scaled.
+            v3 = cfg.get("topk_method") == "noaux_tc"
+            logits = m @ w[p + "mlp.gate.weight"].T  # [T, E]
+            probs = torch.sigmoid(logits) if v3 else torch.softmax(logits, dim=-1)  # [T, E]
             f = torch.zeros_like(m)  # [T, dim]
             for t in range(T):
-                order = sorted(range(cfg["n_routed_experts"]), key=lambda e: (-float(probs[t, e]), e))
-                for e in order[:cfg["num_experts_per_tok"]]:
+                if v3:
+                    chosen = route_v3(probs[t], w[p + "mlp.gate.e_score_correction_bias"], cfg)
+                else:
+                    chosen = sorted(range(cfg["n_routed_experts"]), key=lambda e: (-float(probs[t, e]), e))
+                    chosen = chosen[:cfg["num_experts_per_tok"]]
+                weights = probs[t, chosen]  # [k]
+                if cfg.get("norm_topk_prob"):
+                    weights = weights / (weights.sum() + 1e-20)
+                for e, weight in zip(chosen, weights):
                     q = p + f"mlp.experts.{e}."
-                    f[t] += probs[t, e] * cfg["routed_scaling_factor"] * g.swiglu(
+                    f[t] += weight * cfg["routed_scaling_factor"] * g.swiglu(
                         m[t:t + 1], w[q + "gate_proj.weight"], w[q + "up_proj.weight"], w[q + "down_proj.weight"])[0]
             q = p + "mlp.shared_experts."
             f = f + g.swiglu(m, w[q + "gate_proj.weight"], w[q + "up_proj.weight"], w[q + "down_proj.weight"])
@@ -406,6 +470,23 @@ def deepseek2_config(cfg: dict) -> dict:
             "pretraining_tp": 1, "q_lora_rank": None, "scoring_func": "softmax", "seq_aux": True,
             "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "torch_dtype": "float32",
             "use_cache": True}
+
+
+def deepseek3_config(cfg: dict) -> dict:
+    """DeepseekV3Config's keys (DeepSeek-V3's configuration_deepseek.py), as DeepSeek-V3's
+    config.json has them."""
+    keys = {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                "num_attention_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+                                "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                "v_head_dim", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                "n_shared_experts", "first_k_dense_replace", "routed_scaling_factor", "n_group",
+                                "topk_group", "topk_method", "norm_topk_prob", "num_nextn_predict_layers",
+                                "rope_scaling")}
+    return {**keys, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+            "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 1,
+            "ep_size": 1, "hidden_act": "silu", "initializer_range": 0.02, "moe_layer_freq": 1,
+            "num_key_value_heads": cfg["num_attention_heads"], "pretraining_tp": 1, "scoring_func": "sigmoid",
+            "tie_word_embeddings": False, "torch_dtype": "float32", "use_cache": True}
 
 
 def base_config(**kw) -> dict:
@@ -716,7 +797,7 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
     out = OUT_DIR / name
     rng = g.Rng(seed)
     tokens = rng.ints(0, cfg["vocab_size"], TOKENS)  # [T]
-    deepseek = name == "deepseek2"
+    deepseek = name.startswith("deepseek")
     w = random_deepseek2_checkpoint(rng, cfg) if deepseek else random_checkpoint(rng, cfg)
     ref = (deepseek2_logits if deepseek else decoder_logits)(w, cfg, tokens)  # [T, vocab]
     note = "textbook float64 only (class not in the pinned transformers)"
@@ -724,7 +805,7 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
                   "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits, "olmoe": hf_olmoe_logits,
                   "command-r": hf_cohere_logits, "falcon": hf_falcon_logits}
     hf_config = {"qwen3": qwen3_config, "qwen3moe": qwen3moe_config, "olmo2": olmo2_config,
-                 "gemma3": gemma3_config, "deepseek2": deepseek2_config}
+                 "gemma3": gemma3_config, "deepseek2": deepseek2_config, "deepseek3": deepseek3_config}
     if name in hf_forward:
         hf = hf_forward[name](out, w, cfg, tokens)
         err = g.assert_close(f"{name} textbook vs HF", ref, hf, g.TOL_F64)
@@ -807,6 +888,19 @@ def main(argv: list[str]) -> int:
         n_shared_experts=2, first_k_dense_replace=1, routed_scaling_factor=2.0,
         rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32,
                       "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}))
+    # DeepSeek-V3's form: low-rank queries (q_lora_rank 64), a latent of 32 and RoPE keys of 8,
+    # YaRN with V3's mscale = mscale_all_dim = 1 (cos and sin unscaled, scores times mscale²),
+    # one leading dense layer, then 8 experts in 4 groups, 2 groups kept, top-2 by sigmoid score
+    # plus a selection bias, renormalized and times 2.5 (V3's), one ungated shared expert; a
+    # multi-token prediction layer after the three that inference skips.
+    gen_family("deepseek3", 27, dict(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=10000.0, kv_lora_rank=32, q_lora_rank=64,
+        qk_nope_head_dim=32, qk_rope_head_dim=8, v_head_dim=24, n_routed_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=2.5,
+        n_group=4, topk_group=2, topk_method="noaux_tc", norm_topk_prob=True, num_nextn_predict_layers=1,
+        rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32,
+                      "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}))
     return 0
 
 

@@ -23,6 +23,12 @@ struct WeightTensor {
   std::size_t rows = 0;  // output features (1 for a vector such as a norm weight)
   std::size_t cols = 0;  // input features
   std::string name;      // for error messages: which tensor was wrong
+  // > 0: the model reads it as views of this many rows each (row_range; latent attention's
+  // per-head W_kb and W_vb), so a repacked layout must keep each view's rows whole.
+  std::size_t view_rows = 0;
+
+  // The rows a repacked layout must hold whole: a view's, or the tensor's.
+  std::size_t layout_rows() const noexcept { return view_rows != 0 ? view_rows : rows; }
 
   bool empty() const noexcept { return data == nullptr; }
 
@@ -39,6 +45,9 @@ struct WeightTensor {
     if (!dtype_info(type, info)) throw Error(ErrorKind::unsupported, "unknown type", {}, name);
     if (first > rows || count > rows - first)
       throw Error(ErrorKind::internal, "row range past the tensor", {}, name);
+    if (const LayoutSpec* layout = repacked_layout(type);
+        layout != nullptr && (first % layout->group_rows != 0 || count % layout->group_rows != 0))
+      throw Error(ErrorKind::internal, "row range splits a repacked layout's row group", {}, name);
     const std::size_t row_bytes = (cols / info.block_elements) * info.block_bytes;
     return {type, static_cast<const std::byte*>(data) + first * row_bytes, count, cols,
             std::move(part_name)};

@@ -166,16 +166,24 @@ inline void gguf_deepseek2(const gguf::File& f, const std::string& p, ModelConfi
     c.shared_expert_ungated = shared > 0;
     const double scale = f.get_float_or(p + "expert_weights_scale", 1.0);
     c.expert_weights_scale = scale == 1.0 ? 0.0f : static_cast<float>(scale);
-    // llama.cpp's gating: 1 softmax (the default of files without the key), 2 sigmoid (V3).
-    if (f.get_int_or(p + "expert_group_used_count", 1) != f.get_int_or(p + "expert_group_count", 1))
-      throw Error(ErrorKind::unsupported, "expert routing by groups is not supported", f.path(),
-                  p + "expert_group_used_count");
-    if (f.get_int_or(p + "expert_gating_func", 1) != 1)
-      throw Error(ErrorKind::unsupported, "expert gating other than softmax is not supported",
-                  f.path(), p + "expert_gating_func");
-    if (f.find_tensor("blk." + std::to_string(c.n_dense_layers) + ".exp_probs_b.bias") != nullptr)
-      throw Error(ErrorKind::unsupported, "expert selection biases are not supported", f.path(),
-                  "blk." + std::to_string(c.n_dense_layers) + ".exp_probs_b.bias");
+    // llama.cpp's gating: 1 softmax (also files without the key, V2's), 2 sigmoid (V3's).
+    switch (f.get_int_or(p + "expert_gating_func", 1)) {
+      case 0:
+      case 1: c.expert_gating = ExpertGating::softmax; break;
+      case 2: c.expert_gating = ExpertGating::sigmoid; break;
+      default:
+        throw Error(ErrorKind::unsupported,
+                    "expert gating " + std::to_string(f.get_int(p + "expert_gating_func")) +
+                        " (1 softmax and 2 sigmoid are supported)",
+                    f.path(), p + "expert_gating_func");
+    }
+    // Groups: llama.cpp routes by groups where the file has more than one.
+    if (const std::int64_t groups = f.get_int_or(p + "expert_group_count", 0); groups > 1) {
+      c.n_expert_groups = groups;
+      c.n_expert_groups_used = f.get_int(p + "expert_group_used_count");
+    }
+    c.expert_selection_bias =
+        f.find_tensor("blk." + std::to_string(c.n_dense_layers) + ".exp_probs_b.bias") != nullptr;
   }
   if (c.rope.scaling.type == RopeScalingType::yarn) {
     c.rope.scaling.attention_factor =
@@ -507,8 +515,14 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
   if (c.mla() != arch->latent_attention)
     refuse(c.mla() ? "multi-head latent attention" : "attention other than latent attention");
   if (!arch->latent_attention &&
-      (c.n_dense_layers > 0 || c.shared_expert_ungated || c.expert_weights_scale != 0.0f))
-    refuse("leading dense layers, ungated shared experts or scaled expert weights");
+      (c.n_dense_layers > 0 || c.shared_expert_ungated || c.expert_weights_scale != 0.0f ||
+       c.expert_gating != ExpertGating::softmax || c.n_expert_groups > 0 ||
+       c.expert_selection_bias))
+    refuse(
+        "leading dense layers, ungated shared experts, scaled expert weights, sigmoid "
+        "gating, expert groups or selection biases");
+  if (c.n_expert_groups > 0 && c.n_expert_groups_used == c.n_expert_groups)
+    refuse("every expert group used (llama.cpp's reader asserts fewer; write no groups)");
   if (arch->latent_attention && c.shared_expert_ffn_dim > 0 &&
       (!c.shared_expert_ungated || c.shared_expert_ffn_dim % c.resolved_expert_ffn_dim() != 0))
     refuse("a shared expert other than ungated experts of the experts' width");
@@ -576,6 +590,11 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
       if (c.expert_weights_scale != 0.0f)
         out.set(p + "expert_weights_scale", c.expert_weights_scale);
       if (c.expert_weights_normalized) out.set(p + "expert_weights_norm", true);
+      if (c.expert_gating == ExpertGating::sigmoid) out.set(p + "expert_gating_func", u32(2));
+      if (c.n_expert_groups > 0) {
+        out.set(p + "expert_group_count", u32(c.n_expert_groups));
+        out.set(p + "expert_group_used_count", u32(c.n_expert_groups_used));
+      }
     } else if (c.shared_expert_ffn_dim > 0) {
       out.set(p + "expert_shared_feed_forward_length", u32(c.shared_expert_ffn_dim));
     }

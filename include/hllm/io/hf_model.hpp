@@ -183,9 +183,10 @@ inline void hf_falcon_flags(const HfConfigReader& r, ModelConfig& c) {
 // DeepseekV2Config's keys (DeepSeek-V2's configuration_deepseek.py): latent attention's ranks
 // and widths, YaRN's mscale (its softmax_scale: the scores times mscale(mscale_all_dim)², the
 // cos and sin times mscale(mscale) / mscale(mscale_all_dim)), and the experts (n_routed_experts,
-// ungated shared ones, leading dense layers, routed_scaling_factor). What the modeling code
-// does beyond llama.cpp's deepseek2 graph is refused by key: another scoring function, routing
-// by groups, experts on some layers only.
+// ungated shared ones, leading dense layers, routed_scaling_factor), and DeepseekV3Config's
+// routing (sigmoid scores, noaux_tc's selection bias and expert groups). What the modeling code
+// does beyond llama.cpp's deepseek2 graph is refused by key: another scoring function, V2's
+// group-limited greedy routing, experts on some layers only.
 inline void hf_deepseek2(const nlohmann::json& j, const HfConfigReader& r, ModelConfig& c) {
   c.kv_lora_rank = r.integer("kv_lora_rank");
   c.q_lora_rank = r.integer_or("q_lora_rank", 0);
@@ -221,8 +222,19 @@ inline void hf_deepseek2(const nlohmann::json& j, const HfConfigReader& r, Model
       if (value == a) return;
     r.fail(ErrorKind::unsupported, std::string(what) + " '" + value + "' is not supported", key);
   };
-  refuse_unless("scoring_func", "softmax", {"softmax"}, "expert scoring");
-  refuse_unless("topk_method", "greedy", {"greedy"}, "expert selection");
+  // DeepSeek-V3's noaux_tc: sigmoid scores, a selection bias (e_score_correction_bias) and
+  // groups scored by their two best biased scores, as llama.cpp scores every file's groups.
+  // V2's group_limited_greedy scores a group by its best alone, which llama.cpp's graph does not.
+  refuse_unless("scoring_func", "softmax", {"softmax", "sigmoid"}, "expert scoring");
+  refuse_unless("topk_method", "greedy", {"greedy", "noaux_tc"}, "expert selection");
+  c.expert_gating = j.value("scoring_func", "softmax") == "sigmoid" ? ExpertGating::sigmoid
+                                                                    : ExpertGating::softmax;
+  const bool noaux_tc = j.value("topk_method", "greedy") == "noaux_tc";
+  c.expert_selection_bias = noaux_tc;
+  if (const std::int64_t groups = r.integer_or("n_group", 1); noaux_tc && groups > 1) {
+    c.n_expert_groups = groups;
+    c.n_expert_groups_used = r.integer("topk_group");
+  }
   if (r.integer_or("moe_layer_freq", 1) != 1)
     r.fail(ErrorKind::unsupported, "dense layers between expert layers are not supported",
            "moe_layer_freq");
@@ -538,11 +550,14 @@ inline std::string hf_latent_part(const safetensors::Checkpoint& ckpt, const Mod
 
 // Every tensor of a decoder layer must be one the model reads: a layer past num_hidden_layers,
 // or a layer tensor of another architecture (a bias, an extra norm), means config.json does not
-// describe the checkpoint. (Tensors outside the layers, such as a rotary inverse-frequency
-// buffer, carry nothing we would get wrong by not reading them.)
+// describe the checkpoint. The exceptions: the `extra_layers` layers right after the decoder's,
+// which DeepSeek-V3 keeps for multi-token prediction (num_nextn_predict_layers) and inference
+// does not read (llama.cpp's converter drops them); tensors outside the layers, such as a rotary
+// inverse-frequency buffer, which carry nothing we would get wrong by not reading them.
 inline void check_no_unused_layer_tensors(const safetensors::Checkpoint& ckpt,
                                           const Architecture& arch, const ModelConfig& config,
-                                          const std::set<std::string, std::less<>>& used) {
+                                          const std::set<std::string, std::less<>>& used,
+                                          std::int64_t extra_layers) {
   const std::string_view kPrefix = arch.hf_layers;
   for (const std::string& name : ckpt.names()) {
     if (name.compare(0, kPrefix.size(), kPrefix) != 0 || used.count(name) != 0) continue;
@@ -552,6 +567,7 @@ inline void check_no_unused_layer_tensors(const safetensors::Checkpoint& ckpt,
     for (std::size_t i = kPrefix.size();
          i < name.size() && name[i] >= '0' && name[i] <= '9' && layer < (1 << 30); ++i)
       layer = layer * 10 + (name[i] - '0');
+    if (layer >= config.n_layers && layer < config.n_layers + extra_layers) continue;
     throw Error(ErrorKind::format,
                 layer >= config.n_layers
                     ? "tensor of layer " + std::to_string(layer) + " but config.json's " +
@@ -564,10 +580,12 @@ inline void check_no_unused_layer_tensors(const safetensors::Checkpoint& ckpt,
 
 }  // namespace detail
 
-// Builds a model from a config and an opened checkpoint.
+// Builds a model from a config and an opened checkpoint, which may hold `prediction_layers`
+// multi-token prediction layers after the decoder's, left unread (DeepSeek-V3's
+// num_nextn_predict_layers).
 inline HfModel load_hf_model(const ModelConfig& config,
                              std::shared_ptr<const safetensors::Checkpoint> checkpoint,
-                             const LoadOptions& options = {}) {
+                             const LoadOptions& options = {}, std::int64_t prediction_layers = 0) {
   HfModel m;
   m.config = config;
   auto storage = std::make_shared<detail::HfStorage>();
@@ -606,7 +624,7 @@ inline HfModel load_hf_model(const ModelConfig& config,
     used.insert(std::move(name));
     return w;
   });
-  detail::check_no_unused_layer_tensors(*checkpoint, *arch, config, used);
+  detail::check_no_unused_layer_tensors(*checkpoint, *arch, config, used, prediction_layers);
   validate_weights(m.config, m.weights);
   m.weights.storage = storage;
   m.checkpoint = std::move(checkpoint);
@@ -627,7 +645,7 @@ inline HfModel load_hf_model(const std::string& dir_or_file, const LoadOptions& 
   return load_hf_model(
       config,
       std::make_shared<const safetensors::Checkpoint>(safetensors::Checkpoint::open(dir_or_file)),
-      options);
+      options, detail::HfConfigReader(j, config_path).integer_or("num_nextn_predict_layers", 0));
 }
 
 }  // namespace hllm

@@ -119,6 +119,11 @@ inline std::uint64_t model_fingerprint(const ModelConfig& c) {
     add(std::uint64_t{c.shared_expert_ungated});
     add_float(c.expert_weights_scale);
   }
+  if (c.expert_gating != ExpertGating::softmax || c.n_expert_groups != 0 ||
+      c.expert_selection_bias)  // DeepSeek-V3's routing
+    for (const std::int64_t v : {static_cast<std::int64_t>(c.expert_gating), c.n_expert_groups,
+                                 c.n_expert_groups_used, std::int64_t{c.expert_selection_bias}})
+      add(static_cast<std::uint64_t>(v));
   if (c.norm != NormKind::rms || c.norm_bias || !c.gated_ffn)  // LayerNorm, plain MLP families
     for (const std::int64_t v :
          {static_cast<std::int64_t>(c.norm), std::int64_t{c.norm_bias}, std::int64_t{c.gated_ffn}})

@@ -131,11 +131,12 @@ struct Architecture {
 // and scaled embedding with Qwen3's per-head QK-norm, a window on five layers of every six
 // whose RoPE has its own base (rope.freq_base_swa, 10000 where absent; rope.freq_base and the
 // scaling are the global layers'), no attention soft-cap, a final one only where the file
-// says, output.weight where the file has it (llama.cpp's gemma3 graph). deepseek2 (DeepSeek-V2
-// and V2-Lite): multi-head latent attention (ModelConfig::kv_lora_rank; interleaved RoPE rows in
-// Hugging Face's checkpoints and in GGUF), YaRN whose mscale scales the scores, softmax-routed
-// experts not renormalized by default, ungated shared experts, leading dense layers and a
-// weight scale (llama.cpp's deepseek2 reader and graph, with the split attn_k_b / attn_v_b its
+// says, output.weight where the file has it (llama.cpp's gemma3 graph). deepseek2 (DeepSeek-V2,
+// V2-Lite and V3): multi-head latent attention (ModelConfig::kv_lora_rank; interleaved RoPE rows
+// in Hugging Face's checkpoints and in GGUF), YaRN whose mscale scales the scores, experts
+// routed by softmax (V2) or by sigmoid with selection biases and expert groups (V3), not
+// renormalized unless the file says, ungated shared experts, leading dense layers and a weight
+// scale (llama.cpp's deepseek2 reader and graph, with the split attn_k_b / attn_v_b its
 // converter writes).
 inline constexpr Architecture kArchitectures[] = {
     {.gguf = "llama",
@@ -237,7 +238,7 @@ inline constexpr Architecture kArchitectures[] = {
      .hf_tied = true,
      .gguf_width_scaled_layers = 62},
     {.gguf = "deepseek2",
-     .hf = {"DeepseekV2ForCausalLM", nullptr},
+     .hf = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"},
      .gguf_rope = RopeLayout::interleaved,
      .hf_rope = RopeLayout::interleaved,
      .expert_ffn_key = true,

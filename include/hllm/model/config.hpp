@@ -11,6 +11,7 @@
 
 #include "hllm/core/error.hpp"
 #include "hllm/kernels/activation.hpp"
+#include "hllm/nn/expert_routing.hpp"
 #include "hllm/nn/norm.hpp"
 #include "hllm/nn/rope.hpp"
 
@@ -95,6 +96,16 @@ struct ModelConfig {
   // The first n layers of an expert model keep a dense FFN of ffn_dim (DeepSeek's
   // first_k_dense_replace); the experts replace it from layer n on.
   std::int64_t n_dense_layers = 0;
+  // How the router scores the experts (nn/expert_routing.hpp): the softmax over its logits,
+  // or each logit's sigmoid (DeepSeek-V3).
+  ExpertGating expert_gating = ExpertGating::softmax;
+  // Group-limited routing (DeepSeek-V3's n_group, topk_group): the experts in n_expert_groups
+  // groups, a token choosing among those of its n_expert_groups_used best groups; 0: none.
+  std::int64_t n_expert_groups = 0;
+  std::int64_t n_expert_groups_used = 0;
+  // Each expert layer adds a bias of its own to the scores for choosing, not for weighing
+  // (DeepSeek-V3's e_score_correction_bias, GGUF exp_probs_b).
+  bool expert_selection_bias = false;
   // Multi-head latent attention (DeepSeek-V2/V3), on where kv_lora_rank > 0. A token's keys and
   // values all come from one latent of kv_lora_rank values (RMS-normed) and one RoPE key of
   // rope.rot_dims values that every head shares, and the KV cache holds only those: one KV head
@@ -207,11 +218,13 @@ struct ModelConfig {
         throw Error(ErrorKind::invalid_argument,
                     "model config: an ungated shared expert of width 0", {},
                     "shared_expert_ffn_dim");
+      if (n_expert_groups != 0 || n_expert_groups_used != 0) validate_expert_groups();
     } else if (n_experts_used != 0 || shared_expert_ffn_dim != 0 || n_dense_layers != 0 ||
-               expert_weights_scale != 0.0f) {
+               expert_weights_scale != 0.0f || expert_gating != ExpertGating::softmax ||
+               n_expert_groups != 0 || n_expert_groups_used != 0 || expert_selection_bias) {
       throw Error(ErrorKind::invalid_argument,
-                  "model config: experts used, shared, scaled or after dense layers without "
-                  "n_experts",
+                  "model config: experts used, shared, scaled, grouped, biased, gated by "
+                  "sigmoid or after dense layers without n_experts",
                   {}, "n_experts");
     }
     if (kv_lora_rank != 0 || q_lora_rank != 0 || mla_nope_dim != 0 || mla_v_dim != 0)
@@ -249,6 +262,24 @@ struct ModelConfig {
   }
 
  private:
+  // Group-limited routing: groups of at least two experts (a group's score is its two best),
+  // holding n_experts_used experts or more among the groups a token keeps.
+  void validate_expert_groups() const {
+    const auto fail = [&](const std::string& what) {
+      throw Error(ErrorKind::invalid_argument,
+                  "model config: " + std::to_string(n_experts) + " experts in " +
+                      std::to_string(n_expert_groups) + " groups, " +
+                      std::to_string(n_expert_groups_used) + " used: " + what,
+                  {}, "n_expert_groups");
+    };
+    if (n_expert_groups < 1 || n_experts % n_expert_groups != 0 || n_experts / n_expert_groups < 2)
+      fail("the groups must split the experts evenly, two or more to a group");
+    if (n_expert_groups_used < 1 || n_expert_groups_used > n_expert_groups)
+      fail("a token must keep between 1 and n_expert_groups groups");
+    if (n_expert_groups_used * (n_experts / n_expert_groups) < n_experts_used)
+      fail("the groups kept hold fewer than n_experts_used experts");
+  }
+
   // Multi-head latent attention's dimensions, and the variants it does not combine with.
   template <class Positive>
   void validate_mla(const Positive& positive) const {

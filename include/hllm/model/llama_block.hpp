@@ -62,9 +62,13 @@ struct BlockScratch {
                      c.n_dense_layers > 0 ? c.ffn_dim : 0});
   }
   static ExpertRouting expert_routing(const ModelConfig& c) {
-    return {static_cast<std::size_t>(c.n_experts), static_cast<std::size_t>(c.n_experts_used),
+    return {static_cast<std::size_t>(c.n_experts),
+            static_cast<std::size_t>(c.n_experts_used),
             c.expert_weights_normalized,
-            c.expert_weights_scale != 0.0f ? c.expert_weights_scale : 1.0f};
+            c.expert_weights_scale != 0.0f ? c.expert_weights_scale : 1.0f,
+            c.expert_gating,
+            static_cast<std::size_t>(c.n_expert_groups),
+            static_cast<std::size_t>(c.n_expert_groups_used)};
   }
   std::size_t max_tokens;
   AlignedBuffer<float> normed;     // [T][dim]
@@ -164,7 +168,9 @@ class LlamaBlock {
       const bool shared = !weights_.shared_expert.gate.empty();
       const MoeWeights moe{
           &weights_.router, &weights_.experts, shared ? &weights_.shared_expert : nullptr,
-          shared && !shared_expert_ungated_ ? weights_.shared_expert_gate.as<float>() : nullptr};
+          shared && !shared_expert_ungated_ ? weights_.shared_expert_gate.as<float>() : nullptr,
+          weights_.expert_selection_bias.empty() ? nullptr
+                                                 : weights_.expert_selection_bias.as<float>()};
       MixtureOfExperts::forward(compute, moe, routing_, activation_, sublayer_in, n_tokens, dim,
                                 s.projected.data(), s.moe, s.gate.data(), s.up.data());
     } else {

@@ -102,15 +102,16 @@ struct RepackPlan {
 };
 
 // The layout w goes into under `plan`: the first of the registry's layouts made from w's type
-// that w's shape fits and the plan takes, else w's own type; with f16_as_bf16, F16 weights
-// that the BF16 pair panels fit go there.
+// that w's shape (each of its views, where it is read in views) fits and the plan takes, else
+// w's own type; with f16_as_bf16, F16 weights that the BF16 pair panels fit go there.
 inline DType repack_target(const WeightTensor& w, const RepackPlan& plan) noexcept {
   if (plan.f16_as_bf16 && w.type == DType::f16 &&
-      repacked_layout(DType::bf16_x16)->fits(w.rows, w.cols))
+      repacked_layout(DType::bf16_x16)->fits(w.layout_rows(), w.cols))
     return DType::bf16_x16;
   for (std::size_t i = 0; i < kRepackedLayouts.size(); ++i) {
     const LayoutSpec& spec = kRepackedLayouts[i];
-    if (plan.layouts[i] && spec.source == w.type && spec.fits(w.rows, w.cols)) return spec.type;
+    if (plan.layouts[i] && spec.source == w.type && spec.fits(w.layout_rows(), w.cols))
+      return spec.type;
   }
   return w.type;
 }

@@ -59,6 +59,7 @@ struct LayerWeights {
   WeightTensor post_ffn_norm;   // [1][dim], f32; with sandwich and post-norm layouts
   // Mixture of experts (config.n_experts > 0), in place of ffn:
   WeightTensor router;                      // [n_experts][dim] (ffn_gate_inp)
+  WeightTensor expert_selection_bias;       // [1][n_experts], f32; config.expert_selection_bias
   std::vector<FeedForwardWeights> experts;  // n_experts of gate, up: [expert_ffn][dim];
                                             // down: [dim][expert_ffn]
   FeedForwardWeights shared_expert;  // [shared_ffn][dim] ...; empty unless shared_expert_ffn_dim
@@ -165,6 +166,10 @@ inline void add_expert_tensors(const ModelConfig& c, std::vector<LayerTensor>& t
   t.push_back({"ffn_gate_inp.weight", moe + "gate.weight", R::matrix,
                static_cast<std::size_t>(c.n_experts), dim,
                [](L& l, std::size_t) -> WeightTensor& { return l.router; }});
+  if (c.expert_selection_bias)  // llama.cpp's converter: e_score_correction.bias, exp_probs_b
+    t.push_back({"exp_probs_b.bias", moe + "gate.e_score_correction_bias", R::bias, 1,
+                 static_cast<std::size_t>(c.n_experts),
+                 [](L& l, std::size_t) -> WeightTensor& { return l.expert_selection_bias; }});
   for (std::size_t e = 0; e < static_cast<std::size_t>(c.n_experts); ++e) {
     const std::string n = std::to_string(e), hf = moe + "experts." + n + ".";
     t.push_back({"ffn_gate." + n + ".weight", hf + (mixtral ? "w1" : "gate_proj") + ".weight",
@@ -479,8 +484,11 @@ inline ModelWeights assemble_weights(const ModelConfig& c,
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights& weights = w.layers.emplace_back();
     if (c.has_experts(l)) weights.experts.resize(static_cast<std::size_t>(c.n_experts));
-    for (const LayerTensor& t : layers.of(static_cast<std::size_t>(l)))
-      t.at(weights) = lookup(layer_tensor_spec(t, static_cast<std::size_t>(l)));
+    for (const LayerTensor& t : layers.of(static_cast<std::size_t>(l))) {
+      WeightTensor& tensor = t.at(weights);
+      tensor = lookup(layer_tensor_spec(t, static_cast<std::size_t>(l)));
+      if (t.stacked > 0) tensor.view_rows = t.rows / t.stacked;  // read one matrix at a time
+    }
   }
   const std::size_t after_layers = 1 + layers.count();
   w.output_norm = lookup(detail::model_tensor_spec(c, layers, after_layers));

@@ -1,8 +1,8 @@
 #pragma once
-// The mixture-of-experts FFN (Shazeer et al. 2017; Mixtral, Qwen2-MoE): a router scores the
-// experts for each token (softmax of router · x), the n_used best are run on it and their
-// outputs summed, weighted by their probabilities (renormalized to sum 1 where the model says);
-// a shared expert, where the model has one, runs for every token, scaled by sigmoid(w · x).
+// The mixture-of-experts FFN (Shazeer et al. 2017; Mixtral, Qwen2-MoE, DeepSeek): a router
+// scores the experts for each token (router · x, then nn/expert_routing.hpp), the n_used it
+// chooses are run on it and their outputs summed, weighted as the routing says; a shared
+// expert, where the model has one, runs for every token, scaled by sigmoid(w · x) or ungated.
 //
 // A forward chunk's tokens are grouped by expert: each chosen expert's matrices are read once
 // for all the chunk's tokens that chose it, and an expert no token chose is not read at all
@@ -20,48 +20,10 @@
 #include "hllm/core/aligned_buffer.hpp"
 #include "hllm/kernels/activation.hpp"
 #include "hllm/kernels/compute.hpp"
+#include "hllm/nn/expert_routing.hpp"
 #include "hllm/nn/gated_ffn.hpp"
 
 namespace hllm {
-
-struct ExpertRouting {
-  std::size_t n_experts = 0, n_used = 0;
-  bool normalized = false;  // the chosen weights divided by their sum
-  float scale = 1.0f;       // then times this (DeepSeek's routed_scaling_factor)
-};
-
-// For each of n_tokens tokens, the n_used experts of highest probability (softmax over the
-// token's n_experts router logits) in descending order, ties to the lower index, and their
-// weights. logits: [n_tokens][n_experts]; chosen: [n_tokens][n_used] expert indices; weights:
-// [n_tokens][n_used].
-inline void route_tokens(const ExpertRouting& r, const float* logits, std::size_t n_tokens,
-                         std::uint32_t* chosen, float* weights) {
-  for (std::size_t t = 0; t < n_tokens; ++t) {
-    const float* l = logits + t * r.n_experts;
-    const float max = *std::max_element(l, l + r.n_experts);
-    float total = 0.0f;
-    for (std::size_t e = 0; e < r.n_experts; ++e) total += std::exp(l[e] - max);
-    std::uint32_t* c = chosen + t * r.n_used;
-    float* w = weights + t * r.n_used;
-    float chosen_total = 0.0f;
-    for (std::size_t j = 0; j < r.n_used; ++j) {
-      // The best logit not yet taken (the softmax keeps the order); strict > keeps the lower
-      // index among equals.
-      std::size_t best = r.n_experts;
-      for (std::size_t e = 0; e < r.n_experts; ++e) {
-        if (std::find(c, c + j, static_cast<std::uint32_t>(e)) != c + j) continue;
-        if (best == r.n_experts || l[e] > l[best]) best = e;
-      }
-      c[j] = static_cast<std::uint32_t>(best);
-      w[j] = std::exp(l[best] - max) / total;
-      chosen_total += w[j];
-    }
-    if (r.normalized)
-      for (std::size_t j = 0; j < r.n_used; ++j) w[j] /= chosen_total;
-    if (r.scale != 1.0f)
-      for (std::size_t j = 0; j < r.n_used; ++j) w[j] *= r.scale;
-  }
-}
 
 // The routing and gathering buffers of a chunk of up to max_tokens tokens, allocated once per
 // session (empty for a dense model).
@@ -70,6 +32,7 @@ struct MoeScratch {
   MoeScratch(std::size_t max_tokens, std::size_t dim, std::size_t expert_ffn,
              const ExpertRouting& r)
       : logits(max_tokens * r.n_experts),
+        group_scores(r.n_groups),
         weights(max_tokens * r.n_used),
         chosen(max_tokens * r.n_used),
         slots(max_tokens * r.n_used),
@@ -82,7 +45,8 @@ struct MoeScratch {
         products(2 * r.n_used),
         downs(r.n_used),
         order(r.n_used) {}
-  AlignedBuffer<float> logits;              // [T][n_experts]
+  AlignedBuffer<float> logits;              // [T][n_experts] router logits, then scores
+  AlignedBuffer<float> group_scores;        // [n_groups]
   AlignedBuffer<float> weights;             // [T][n_used]
   std::vector<std::uint32_t> chosen;        // [T][n_used]
   std::vector<std::uint32_t> slots;         // [T·n_used] token·n_used + j, grouped by expert
@@ -103,6 +67,7 @@ struct MoeWeights {
   const std::vector<FeedForwardWeights>* experts;  // n_experts
   const FeedForwardWeights* shared;                // nullptr: none
   const float* shared_gate;                        // [dim]; nullptr: ungated (DeepSeek)
+  const float* selection_bias;                     // [n_experts]; nullptr: none
 };
 
 class MixtureOfExperts {
@@ -114,7 +79,8 @@ class MixtureOfExperts {
                       std::size_t dim, float* out, MoeScratch& s, float* gate_scratch,
                       float* up_scratch) {
     compute.matmul(*w.router, x, n_tokens, s.logits.data());
-    route_tokens(r, s.logits.data(), n_tokens, s.chosen.data(), s.weights.data());
+    route_tokens(r, s.logits.data(), n_tokens, w.selection_bias, s.group_scores.data(),
+                 s.chosen.data(), s.weights.data());
     const std::size_t ffn = (*w.experts)[0].gate.rows;
     const bool one_pass_fits =
         ffn * r.n_used <= s.token_gate.size() &&
