@@ -51,6 +51,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string model_path, preset, type = "f32", output = "md", save_path, vocab_path;
   std::size_t prompt_tokens = 512, gen_tokens = 128, reps = 3, threads = 0;
+  std::size_t depth = 0;  // tokens in the cache before each generation test (llama-bench's -d)
   std::optional<hllm::Isa> isa;
   std::string repack = "auto";
   hllm::KVType kv_type = hllm::KVType::f32;
@@ -434,10 +435,14 @@ Measurement summarize(std::string test, const std::vector<double>& rates) {
 void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::ModelWeights weights,
                    const std::string& model_name, const std::string& type_name) {
   const hllm::Llama<> model(config, std::move(weights));
-  const std::size_t context = std::max<std::size_t>(o.prompt_tokens + o.gen_tokens + 1, 16);
+  const std::size_t context =
+      std::max<std::size_t>(std::max(o.prompt_tokens, o.depth) + o.gen_tokens + 1, 16);
   const bool repacked = weights_repacked(model.weights());
+  // A depth is prefilled in chunks of up to 512 tokens (llama-bench's micro-batch).
+  const std::size_t max_batch =
+      std::max({o.prompt_tokens, std::min<std::size_t>(o.depth, 512), std::size_t{1}});
   hllm::Session<> session(model, {.context = context,
-                                  .max_batch = std::max<std::size_t>(o.prompt_tokens, 1),
+                                  .max_batch = max_batch,
                                   .threads = o.threads,
                                   .isa = o.isa,
                                   .kv_type = o.kv_type});
@@ -513,11 +518,22 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
     results.push_back(m);
   }
   if (o.gen_tokens > 0) {
-    const std::string name = "tg" + std::to_string(o.gen_tokens);
+    const std::string name = "tg" + std::to_string(o.gen_tokens) +
+                             (o.depth > 0 ? " @ d" + std::to_string(o.depth) : std::string());
+    // The depth's tokens are prefilled once, untimed; each pass rewinds the cache to them.
+    session.reset();
+    if (o.depth > 0) {
+      progress.status("prefilling the depth of " + std::to_string(o.depth) + " tokens");
+      std::vector<std::int32_t> context_tokens(o.depth);
+      for (std::size_t i = 0; i < o.depth; ++i)
+        context_tokens[i] =
+            static_cast<std::int32_t>((i * 7919 + 13) % std::size_t(config.vocab_size));
+      session.prefill(context_tokens);
+    }
     std::vector<double> rates;
     for (std::size_t r = 0; r < o.reps + 1; ++r) {  // the first pass is a warm-up
       show(tests, name, r);
-      session.reset();
+      session.rewind(o.depth);
       std::int32_t token = 1;
       const auto start = Clock::now();
       for (std::size_t i = 0; i < o.gen_tokens; ++i) {
@@ -527,7 +543,8 @@ void run_benchmark(const Options& o, const hllm::ModelConfig& config, hllm::Mode
       if (r > 0) rates.push_back(double(o.gen_tokens) / seconds(start, Clock::now()));
     }
     Measurement m = summarize(name, rates);
-    m.bytes_per_token = weight_bytes + kv_bytes_per_position * double(o.gen_tokens) / 2.0;
+    m.bytes_per_token =
+        weight_bytes + kv_bytes_per_position * (double(o.depth) + double(o.gen_tokens) / 2.0);
     results.push_back(m);
   }
 
@@ -603,6 +620,9 @@ int main(int argc, char** argv) {
                              "Prompt tokens per test");
   cli.number_in<std::size_t>("-n,--n-gen", o.gen_tokens, 0, 65536, "a number of tokens",
                              "Generated tokens per test");
+  cli.number_in<std::size_t>("-d,--depth", o.depth, 0, 65536, "a number of tokens",
+                             "Tokens in the KV cache before each generation test (prefilled "
+                             "once, untimed; llama-bench's -d, ik_llama.cpp's -gp)");
   cli.number_in<std::size_t>("-r,--repetitions", o.reps, 1, 1000, "a number of repetitions",
                              "Repetitions of each test");
   cli.threads(o.threads);

@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "common/synthetic.hpp"
 #include "hllm/io/convert.hpp"
+#include "hllm/io/gguf_model.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/repack.hpp"
 #include "hllm/model/session.hpp"
@@ -272,6 +274,30 @@ TEST(LatentAttentionRepack, PanelsNeverStraddleTwoHeads) {
   const hllm::WeightTensor panels{hllm::DType::f32_x16, nullptr, 32, 32, "w"};
   EXPECT_EQ(hllm::test::catch_error([&] { panels.row_range(8, 16, "half"); }).kind(),
             hllm::ErrorKind::internal);
+}
+
+// What hllm-bench --save writes for a DeepSeek-shaped preset (examples/common/synthetic.hpp):
+// W_kb and W_vb 3-D as llama.cpp's converter writes them, the experts stacked; the file loads
+// and gives the logits of the same synthetic weights in memory.
+TEST(LatentAttentionFile, SyntheticGgufLoadsAsTheModelInMemory) {
+  hllm::ModelConfig c = latent_config(64);
+  c.architecture = "deepseek2";
+  c.vocab_size = 320;  // the synthetic vocabulary's bytes and more
+  c.n_experts = 4, c.n_experts_used = 2, c.expert_ffn_dim = 32, c.n_dense_layers = 1;
+  c.shared_expert_ffn_dim = 32, c.shared_expert_ungated = true;
+  hllm::test::TempDir tmp;
+  hllm::examples::save_synthetic_gguf(tmp / "m.gguf", c, hllm::DType::q8_0, 1,
+                                      hllm::examples::synthetic_vocabulary(320));
+  hllm::GgufModel file = hllm::load_gguf_model(tmp / "m.gguf", {.repack = hllm::Repack::never});
+  EXPECT_EQ(file.config.kv_lora_rank, 64);
+  const hllm::Llama<> loaded(file.config, std::move(file.weights)),
+      memory(c, hllm::examples::synthetic_weights(c, hllm::DType::q8_0, 1));
+  const std::vector<std::int32_t> tokens = some_tokens(8);
+  hllm::Session<> a(loaded, {.threads = 1, .isa = hllm::Isa::scalar}),
+      b(memory, {.threads = 1, .isa = hllm::Isa::scalar});
+  const std::span<const float> la = a.prefill(tokens, hllm::Logits::all);
+  const std::vector<float> expected(la.begin(), la.end());
+  EXPECT_TRUE(all_close(b.prefill(tokens, hllm::Logits::all), expected, 1e-6f));
 }
 
 // The cache holds rot + kv_lora values per token and layer for keys and as many for values,

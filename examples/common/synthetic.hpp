@@ -211,10 +211,8 @@ inline void save_synthetic_gguf(const std::string& path, const ModelConfig& conf
           });
       continue;
     }
-    std::vector<std::uint64_t> dims{s.cols};  // vectors are 1-D, as llama.cpp writes them
-    if (!s.is_vector()) dims.push_back(s.rows);
     out.add_tensor(
-        s.name, stored, std::move(dims), bytes, [s, i, type, seed](std::span<std::byte> data) {
+        s.name, stored, s.gguf_dims(), bytes, [s, i, type, seed](std::span<std::byte> data) {
           const std::vector<std::byte> t = synthetic_tensor(s, i, type, seed);
           if (t.size() != data.size())
             throw Error(ErrorKind::internal, "synthetic tensor size mismatch", {}, s.name);

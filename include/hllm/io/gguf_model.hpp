@@ -587,8 +587,9 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
       out.set(p + "leading_dense_block_count", u32(c.n_dense_layers));
       out.set(p + "expert_shared_count",
               u32(c.shared_expert_ffn_dim / c.resolved_expert_ffn_dim()));
-      if (c.expert_weights_scale != 0.0f)
-        out.set(p + "expert_weights_scale", c.expert_weights_scale);
+      // Always said, as the converter writes V2-Lite's 1.0: ik_llama.cpp requires the key.
+      out.set(p + "expert_weights_scale",
+              c.expert_weights_scale != 0.0f ? c.expert_weights_scale : 1.0f);
       if (c.expert_weights_normalized) out.set(p + "expert_weights_norm", true);
       if (c.expert_gating == ExpertGating::sigmoid) out.set(p + "expert_gating_func", u32(2));
       if (c.n_expert_groups > 0) {
@@ -708,12 +709,7 @@ inline gguf::Writer gguf_model_writer(const ModelConfig& c, const ModelWeights& 
                      });
       continue;
     }
-    std::vector<std::uint64_t> dims{t.cols};  // vectors are 1-D, as llama.cpp writes them
-    if (specs[i].stacked > 0)                 // 3-D: [stacked][rows / stacked][cols]
-      dims.insert(dims.end(), {t.rows / specs[i].stacked, specs[i].stacked});
-    else if (!specs[i].is_vector())
-      dims.push_back(t.rows);
-    out.add_tensor(specs[i].name, t.type, std::move(dims),
+    out.add_tensor(specs[i].name, t.type, specs[i].gguf_dims(),
                    std::span(static_cast<const std::byte*>(t.data), t.bytes()));
   }
   return out;

@@ -128,6 +128,13 @@ struct TensorSpec {
   std::size_t stacked = 0;  // > 0: a file tensor of that many matrices of rows / stacked rows
                             // (GGUF's 3-D expert tensors)
   bool is_vector() const noexcept { return role != TensorRole::matrix; }
+  // Its GGUF dims, fastest first: a vector 1-D [cols] as llama.cpp writes them, a matrix
+  // [cols, rows], a stacked one [cols, rows / stacked, stacked].
+  std::vector<std::uint64_t> gguf_dims() const {
+    if (is_vector()) return {cols};
+    if (stacked > 0) return {cols, rows / stacked, stacked};
+    return {cols, rows};
+  }
 };
 
 // Whether a quantized file keeps this tensor in F32: vectors, and routers, which llama-quantize
