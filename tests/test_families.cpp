@@ -21,6 +21,7 @@
 #include "hllm/io/gguf_model.hpp"
 #include "hllm/io/gguf_writer.hpp"
 #include "hllm/io/hf_model.hpp"
+#include "hllm/io/quantize.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/session.hpp"
 #include "model_logits.hpp"
@@ -731,6 +732,58 @@ TEST(FamilyHf, DeepSeekV3RoutingOutsideLlamaCppsGraphIsRefusedByName) {
   all_groups.n_expert_groups_used = all_groups.n_expert_groups;
   EXPECT_EQ(catch_error([&] { hllm::gguf_model_writer(all_groups, hf.weights); }).kind(),
             hllm::ErrorKind::unsupported);
+}
+
+// A deepseek2 file from before llama.cpp's converter split attn_kv_b (no *_mla keys, key and
+// value lengths the heads' expanded ones, one KV head per query head): W_kb and W_vb are split
+// from attn_kv_b at load, and the logits are the reference's, F32 and with a Q8_0 attn_kv_b.
+TEST(FamilyGguf, DeepSeekV2FilesFromBeforeTheKvBSplitLoad) {
+  const hllm::HfModel hf = hllm::load_hf_model(kFamilies + "deepseek2");
+  const hllm::ModelConfig& c = hf.config;  // 4 heads, nope 32, v 32, kv_lora 64, rot 16
+  const std::size_t heads = 4, nope = 32, v = 32, latent = 64;
+  const GoldenFile g{"families/deepseek2/logits.bin"};
+  for (const hllm::DType kv_b_type : {hllm::DType::f32, hllm::DType::q8_0}) {
+    SCOPED_TRACE(hllm::dtype_name(kv_b_type));
+    hllm::gguf::Writer w = hllm::gguf_model_writer(c, hf.weights);
+    for (const char* key :
+         {"deepseek2.attention.key_length_mla", "deepseek2.attention.value_length_mla"})
+      w.remove(key);
+    w.set("deepseek2.attention.key_length", std::uint32_t(nope + 16));
+    w.set("deepseek2.attention.value_length", std::uint32_t(v));
+    w.set("deepseek2.attention.head_count_kv", std::uint32_t(heads));
+    for (std::size_t l = 0; l < hf.weights.layers.size(); ++l) {
+      const std::string blk = "blk." + std::to_string(l) + ".";
+      w.remove_tensor(blk + "attn_k_b.weight");
+      w.remove_tensor(blk + "attn_v_b.weight");
+      // kv_b [heads][nope + v][kv_lora] back from the split parts (k_b: [heads][kv_lora][nope]).
+      const float* k_b = hf.weights.layers[l].wk_b.as<float>();
+      const float* v_b = hf.weights.layers[l].wv_b.as<float>();
+      std::vector<float> kv_b(heads * (nope + v) * latent);
+      for (std::size_t h = 0; h < heads; ++h)
+        for (std::size_t j = 0; j < latent; ++j) {
+          for (std::size_t i = 0; i < nope; ++i)
+            kv_b[(h * (nope + v) + i) * latent + j] = k_b[(h * latent + j) * nope + i];
+          for (std::size_t i = 0; i < v; ++i)
+            kv_b[(h * (nope + v) + nope + i) * latent + j] = v_b[(h * v + i) * latent + j];
+        }
+      w.add_tensor(blk + "attn_kv_b.weight", kv_b_type, {latent, heads * (nope + v)},
+                   hllm::quant::quantize(kv_b_type, kv_b));
+    }
+    hllm::test::TempDir tmp;
+    w.write(tmp / "old.gguf");
+    hllm::GgufModel old = hllm::load_gguf_model(tmp / "old.gguf");
+    EXPECT_EQ(old.config.mla_nope_dim, 32);
+    EXPECT_EQ(old.config.mla_v_dim, 32);
+    EXPECT_EQ(old.config.n_kv_heads, 1);
+    if (kv_b_type == hllm::DType::f32) {
+      expect_logits_match(old.config, std::move(old.weights), g);
+    } else {  // the reference within Q8_0's rounding of those two matrices
+      const hllm::Llama<> model(old.config, std::move(old.weights));
+      hllm::Session<> session(model, {.threads = 2});
+      EXPECT_TRUE(
+          all_close(session.prefill(golden_tokens(g), hllm::Logits::all), g["logits"], 0.02f));
+    }
+  }
 }
 
 TEST(FamilyGguf, DeepSeekGatingBeyondSigmoidIsRefusedByKey) {

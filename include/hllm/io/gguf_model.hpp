@@ -24,6 +24,7 @@
 #include "hllm/core/weight_tensor.hpp"
 #include "hllm/io/gguf_reader.hpp"
 #include "hllm/io/gguf_writer.hpp"
+#include "hllm/io/latent_split.hpp"
 #include "hllm/io/load_options.hpp"
 #include "hllm/io/progress.hpp"
 #include "hllm/model/architecture.hpp"
@@ -133,31 +134,38 @@ inline double deepseek2_yarn_mscale(double log_multiplier, double factor) {
   return factor > 1.0 ? 1.0 + log_multiplier * std::log(factor) : 1.0;
 }
 
+// Whether a deepseek2 file is from before llama.cpp's converter split attn_kv_b into attn_k_b
+// and attn_v_b (DeepSeek-V2 GGUF files of 2024).
+inline bool gguf_unsplit_kv_b(const gguf::File& f) {
+  return f.find_tensor("blk.0.attn_kv_b.weight") != nullptr &&
+         f.find_tensor("blk.0.attn_k_b.weight") == nullptr;
+}
+
 // DeepSeek-V2's keys, as llama.cpp's deepseek2 reader takes them: latent attention's ranks and
 // widths (attention.key_length is then the cache's rot + kv_lora_rank, value_length the
 // latent's), the shared experts' count, leading dense layers and weight scale, and YaRN's
-// score factor (the cos and sin unscaled). Files from before llama.cpp split attn_kv_b into
-// attn_k_b and attn_v_b are refused, naming the tensor.
+// score factor (the cos and sin unscaled). Files from before the converter split attn_kv_b
+// have no *_mla keys: their key_length is the heads' nope + rot and value_length v (llama.cpp
+// runs them unabsorbed; here W_kb and W_vb are split from attn_kv_b at load and they run as the
+// others do).
 inline void gguf_deepseek2(const gguf::File& f, const std::string& p, ModelConfig& c) {
-  if (f.find_tensor("blk.0.attn_kv_b.weight") != nullptr)
-    throw Error(ErrorKind::unsupported,
-                "attn_kv_b (a deepseek2 file from before llama.cpp's converter split it into "
-                "attn_k_b and attn_v_b) is not supported; convert the checkpoint again",
-                f.path(), "blk.0.attn_kv_b.weight");
+  const bool unsplit = gguf_unsplit_kv_b(f);
   c.kv_lora_rank = f.get_int(p + "attention.kv_lora_rank");
   c.q_lora_rank = f.get_int_or(p + "attention.q_lora_rank", 0);
   c.rope.rot_dims = f.get_int(p + "rope.dimension_count");
-  c.mla_nope_dim = f.get_int(p + "attention.key_length_mla") - c.rope.rot_dims;
-  c.mla_v_dim = f.get_int(p + "attention.value_length_mla");
+  c.mla_nope_dim = f.get_int(p + (unsplit ? "attention.key_length" : "attention.key_length_mla")) -
+                   c.rope.rot_dims;
+  c.mla_v_dim = f.get_int(p + (unsplit ? "attention.value_length" : "attention.value_length_mla"));
   c.head_dim = c.kv_lora_rank + c.rope.rot_dims;  // the cache's row: [k_pe | latent]
-  for (const auto& [name, want] : {std::pair{"attention.key_length", c.head_dim},
-                                   {"attention.value_length", c.kv_lora_rank},
-                                   {"attention.head_count_kv", std::int64_t{1}}})
-    if (f.has(p + name) && f.get_int(p + name) != want)
-      throw Error(ErrorKind::format,
-                  "is " + std::to_string(f.get_int(p + name)) + " where latent attention has " +
-                      std::to_string(want),
-                  f.path(), p + name);
+  if (!unsplit)
+    for (const auto& [name, want] : {std::pair{"attention.key_length", c.head_dim},
+                                     {"attention.value_length", c.kv_lora_rank},
+                                     {"attention.head_count_kv", std::int64_t{1}}})
+      if (f.has(p + name) && f.get_int(p + name) != want)
+        throw Error(ErrorKind::format,
+                    "is " + std::to_string(f.get_int(p + name)) + " where latent attention has " +
+                        std::to_string(want),
+                    f.path(), p + name);
   c.n_kv_heads = 1;
   if (c.n_experts > 0) {
     c.n_dense_layers = f.get_int_or(p + "leading_dense_block_count", 0);
@@ -404,6 +412,13 @@ inline WeightTensor gguf_weight(const gguf::File& f, const TensorSpec& spec,
   return w;
 }
 
+// A file's mapping and the tensors derived from it at load (an older deepseek2 file's W_kb and
+// W_vb).
+struct GgufStorage {
+  std::shared_ptr<const gguf::File> file;
+  std::vector<AlignedBuffer<std::byte>> owned;
+};
+
 // Every tensor of the file must be one the model reads, as llama.cpp demands: a tensor left over
 // means the metadata lies about the model (a block_count smaller than the layers held) or the
 // file is of another architecture.
@@ -436,7 +451,19 @@ inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file,
   std::set<std::string, std::less<>> used{"rope_freqs.weight"};  // read by gguf_model_config
   const std::size_t tensors = model_tensor_count(m.config);
   std::size_t checked = 0;
+  // W_kb and W_vb split from an older deepseek2 file's attn_kv_b, owned beside the mapping.
+  const bool unsplit_kv_b = m.config.mla() && detail::gguf_unsplit_kv_b(*file);
+  auto storage = std::make_shared<detail::GgufStorage>();
+  storage->file = file;
   m.weights = assemble_weights(m.config, [&](const TensorSpec& spec) {
+    if (unsplit_kv_b &&
+        (spec.name.ends_with(".attn_k_b.weight") || spec.name.ends_with(".attn_v_b.weight"))) {
+      const std::string name = spec.name.substr(0, spec.name.find('.', 4)) + ".attn_kv_b.weight";
+      const WeightTensor kv_b =
+          detail::gguf_weight(*file, latent_kv_b_spec(m.config, name), options);
+      used.insert(name);
+      return split_latent_kv_b(kv_b, m.config, spec, storage->owned);
+    }
     // A part of a fused tensor (phi3) is a view of its rows; llama.cpp also reads phi3 files
     // that hold q, k and v apart.
     // So are the experts of a layer stacked in one 3-D tensor; older files (and llama.cpp)
@@ -460,7 +487,10 @@ inline GgufModel load_gguf_model(std::shared_ptr<const gguf::File> file,
   detail::check_no_unused_tensors(*file, m.config, used);
   gguf::check_token_count(*file);
   repack_weights(m.weights, options, file->is_mapped());
-  m.weights.storage = file;
+  if (storage->owned.empty())
+    m.weights.storage = file;
+  else
+    m.weights.storage = storage;
   m.file = std::move(file);
   return m;
 }

@@ -39,6 +39,7 @@
 #include "hllm/core/error.hpp"
 #include "hllm/core/half.hpp"
 #include "hllm/core/weight_tensor.hpp"
+#include "hllm/io/latent_split.hpp"
 #include "hllm/io/load_options.hpp"
 #include "hllm/io/safetensors.hpp"
 #include "hllm/kernels/reference.hpp"
@@ -513,38 +514,16 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
   return WeightTensor{t.type, t.data, spec.rows, spec.cols, spec.name};
 }
 
-// Latent attention's W_kb or W_vb of layer prefix `layer` (model.layers.N.), from Hugging Face's
-// kv_b_proj ([n_heads][nope + v][kv_lora]) as llama.cpp's converter splits it: W_kb per head
-// transposed to [kv_lora][nope], W_vb per head as it is, [v][kv_lora]. An owned float32 copy
-// (the kernels read rows of the transposed matrix); returns kv_b_proj's name for `used`.
+// Latent attention's W_kb or W_vb of layer prefix `layer` (model.layers.N.), split from
+// Hugging Face's kv_b_proj (io/latent_split.hpp); returns kv_b_proj's name for `used`.
 inline std::string hf_latent_part(const safetensors::Checkpoint& ckpt, const ModelConfig& c,
                                   const std::string& layer, const TensorSpec& spec,
                                   HfStorage& storage, const LoadOptions& options,
                                   WeightTensor& out) {
-  const auto heads = static_cast<std::size_t>(c.n_heads),
-             latent = static_cast<std::size_t>(c.kv_lora_rank),
-             nope = static_cast<std::size_t>(c.mla_nope_dim),
-             v = static_cast<std::size_t>(c.mla_v_dim);
   std::string name = layer + "self_attn.kv_b_proj.weight";
-  const WeightTensor kv_b = hf_weight(ckpt, name, {name, heads * (nope + v), latent}, storage,
-                                      options, 0.0f);  // [heads][nope + v][kv_lora]
-  const bool keys = spec.name.ends_with(".attn_k_b.weight");
-  AlignedBuffer<std::byte> buf(spec.rows * spec.cols * sizeof(float));
-  float* dst =
-      reinterpret_cast<float*>(buf.data());  // [heads][kv_lora][nope] or [heads][v][kv_lora]
-  std::vector<float> row(latent);            // [kv_lora]
-  for (std::size_t h = 0; h < heads; ++h)
-    for (std::size_t i = 0; i < (keys ? nope : v); ++i) {
-      reference::dequantize_row(kv_b, h * (nope + v) + (keys ? i : nope + i), row.data());
-      for (std::size_t j = 0; j < latent; ++j) {
-        if (keys)
-          dst[(h * latent + j) * nope + i] = row[j];
-        else
-          dst[(h * v + i) * latent + j] = row[j];
-      }
-    }
-  storage.owned.push_back(std::move(buf));
-  out = WeightTensor{DType::f32, storage.owned.back().data(), spec.rows, spec.cols, spec.name};
+  const WeightTensor kv_b =
+      hf_weight(ckpt, name, latent_kv_b_spec(c, name), storage, options, 0.0f);
+  out = split_latent_kv_b(kv_b, c, spec, storage.owned);
   return name;
 }
 
