@@ -199,6 +199,27 @@ TEST_P(LatentAttention, DecodeAfterPrefillEqualsThePrefill) {
   }
 }
 
+// A decoded token's 16 heads share one KV head, so the threads split its heads (halves,
+// quarters) rather than the (token, KV head) pairs: the logits are the same bits for any
+// thread count, every ISA.
+TEST_P(LatentAttention, DecodeIsBitIdenticalForAnyThreadCount) {
+  hllm::ModelConfig c = latent_config(GetParam());
+  c.n_heads = 16;
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 5));
+  const std::vector<std::int32_t> tokens = some_tokens(40);
+  for (hllm::Isa isa : hllm::test::supported_isas()) {
+    SCOPED_TRACE(hllm::to_string(isa));
+    std::vector<std::vector<float>> runs;
+    for (const std::size_t threads : {1u, 2u, 3u, 4u, 8u}) {
+      hllm::Session<> session(model, {.threads = threads, .isa = isa});
+      session.prefill(std::span(tokens).first(39));
+      const std::span<const float> l = session.decode(tokens[39]);
+      runs.emplace_back(l.begin(), l.end());
+    }
+    for (std::size_t i = 1; i < runs.size(); ++i) EXPECT_EQ(runs[i], runs[0]) << i;
+  }
+}
+
 // 8-bit weights: W_kb's and W_vb's per-head products through the integer kernels (each head's
 // input quantized on its own), near the float reference. Across ISAs: with float activations
 // every ISA gives the scalar ISA's logits within 1e-5; with 8-bit ones within 1e-2, since a

@@ -183,6 +183,43 @@ class LlamaBlock {
   }
 
  private:
+  // Every token of the chunk attends: q, out: [n_tokens][q_width], n_kv KV heads. Threads split
+  // the independent (token, KV head) pairs, the query heads sharing a KV head together so that
+  // their keys and values are read once; where those pairs are fewer than the threads (decode
+  // with few KV heads: latent attention's one, multi-query's), each group's heads are halved
+  // until they are not. A head's arithmetic is the same whatever group it runs in (the tiled
+  // kernel's heads are independent lanes; the halving stops before a group size that would
+  // pick another kernel), so results do not depend on the thread count.
+  template <class Chunk>
+  void attend_chunk(const Compute& compute, const Chunk& chunk, std::size_t n_tokens,
+                    std::size_t n_kv, const float* q, float* out, std::size_t q_width) const {
+    const std::size_t n_heads = n_heads_(), group = n_heads / n_kv;
+    const std::size_t threads = compute.pool().size();
+    std::size_t parts = 1;  // per KV head
+    while (n_tokens * n_kv * parts < threads && group % (2 * parts) == 0 &&
+           same_group_kernel(group, group / (2 * parts)))
+      parts *= 2;
+    const std::size_t heads = group / parts, units_per_token = n_kv * parts;
+    // Work: about 2 · head_dim multiply-adds per visible key per head.
+    const std::size_t attention_work =
+        chunk.visible_keys() * n_heads * attention_.shape().head_dim * 2;
+    compute.split(n_tokens * units_per_token, 1, attention_work,
+                  [&](std::size_t begin, std::size_t end, std::size_t) {
+                    for (std::size_t i = begin; i < end; ++i) {
+                      const std::size_t t = i / units_per_token,
+                                        first = (i % units_per_token) * heads;
+                      chunk.attend(attention_, layer_, t, q + t * q_width, out + t * q_width,
+                                   compute.kernels(), first, first + heads);
+                    }
+                  });
+  }
+  // Whether groups of a and of b heads run the same attention kernel (attend_group: the tiled
+  // one for 1, 2, 4, 8 or 16 heads, where the row width allows, else one head at a time).
+  static bool same_group_kernel(std::size_t a, std::size_t b) noexcept {
+    const auto tiled = [](std::size_t g) { return g <= 16 && (g & (g - 1)) == 0; };
+    return tiled(a) == tiled(b);
+  }
+
   // Attention of every family but those with latent attention: in: [n_tokens][dim], the
   // sublayer's input; leaves Wo · heads in s.projected.
   template <class Chunk>
@@ -222,21 +259,8 @@ class LlamaBlock {
       chunk.store(layer_, t, k, v);
     }
     // Every token of the chunk is stored before any attends, and each attends to positions up
-    // to its own, so causality inside the chunk comes for free. Threads split the independent
-    // (token, KV head) pairs: the query heads sharing a KV head stay together, so their keys and
-    // values are read once.
-    const std::size_t n_heads = n_heads_(), n_kv = n_kv_heads_(), group = n_heads / n_kv;
-    // Work: about 2 · head_dim multiply-adds per visible key per head.
-    const std::size_t attention_work = chunk.visible_keys() * n_heads * head_dim * 2;
-    compute.split(n_tokens * n_kv, 1, attention_work,
-                  [&](std::size_t begin, std::size_t end, std::size_t) {
-                    for (std::size_t i = begin; i < end; ++i) {
-                      const std::size_t t = i / n_kv, g = i % n_kv;
-                      chunk.attend(attention_, layer_, t, s.q.data() + t * q_width,
-                                   s.attn.data() + t * q_width, compute.kernels(), g * group,
-                                   (g + 1) * group);
-                    }
-                  });
+    // to its own, so causality inside the chunk comes for free.
+    attend_chunk(compute, chunk, n_tokens, n_kv_heads_(), s.q.data(), s.attn.data(), q_width);
     if (rotation.active())  // the output of rotated values, turned back (H is its own inverse)
       hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
@@ -303,14 +327,7 @@ class LlamaBlock {
       }
       chunk.store(layer_, t, k, v);
     }
-    // One KV head: the threads split the tokens, each token's heads read its keys once.
-    const std::size_t attention_work = chunk.visible_keys() * heads * head_dim * 2;
-    compute.split(n_tokens, 1, attention_work,
-                  [&](std::size_t begin, std::size_t end, std::size_t) {
-                    for (std::size_t t = begin; t < end; ++t)
-                      chunk.attend(attention_, layer_, t, s.q.data() + t * q_width,
-                                   s.attn.data() + t * q_width, compute.kernels(), 0, heads);
-                  });
+    attend_chunk(compute, chunk, n_tokens, 1, s.q.data(), s.attn.data(), q_width);
     if (rotation.active()) hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
     // Every head's W_vb_h · latent output, gathered per head, as one job; then Wo over the
     // heads' outputs [T][heads][v] (in s.q, free now).
