@@ -275,6 +275,8 @@ INSTANTIATE_TEST_SUITE_P(
         Family{"phi3", false, false, true},
         Family{"gemma2", false, true, false, {}, hllm::BlockLayout::sandwich},
         Family{"gemma3", false, true, false, hllm::QkNorm::per_head, hllm::BlockLayout::sandwich},
+        Family{"gemma3-mm", false, true, false, hllm::QkNorm::per_head, hllm::BlockLayout::sandwich,
+               0, false, "gemma3"},
         Family{"mixtral", false, false, false, {}, {}, 4, true, "llama"},
         Family{"qwen2moe", true, false, false, {}, {}, 4},
         Family{"qwen3moe", false, false, false, hllm::QkNorm::per_head, {}, 4, true},
@@ -693,6 +695,23 @@ TEST(FamilyGguf, ExpertFilesSayTheirWidthAndRefuseOtherNormalization) {
     const hllm::Error e = catch_error([&] { hllm::gguf_model_writer(other, hf.weights); });
     EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
   }
+}
+
+// Gemma 3's multimodal checkpoints: the text model's keys come from text_config, with the
+// class defaults for those it omits (the golden omits five, and loads: FamilyCheckpoint); one
+// without text_config is named.
+TEST(FamilyHf, Gemma3MultimodalConfigIsItsTextConfig) {
+  nlohmann::json j = nlohmann::json::parse(
+      hllm::io::read_text_file(kFamilies + "gemma3-mm/config.json", "config.json"));
+  const hllm::ModelConfig c = hllm::hf_model_config(j, "config.json");
+  EXPECT_EQ(c.rms_eps, 1e-6f);  // Gemma3TextConfig's defaults
+  EXPECT_EQ(c.window_rope_theta, 10000.0f);
+  EXPECT_EQ(c.sliding_window_pattern, 6);
+  EXPECT_EQ(c.vocab_size, 128);  // the text_config's own
+  j.erase("text_config");
+  const hllm::Error e = catch_error([&] { hllm::hf_model_config(j, "config.json"); });
+  EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
+  EXPECT_EQ(e.field(), "text_config");
 }
 
 // DeepSeek-V3: what llama.cpp's deepseek2 graph does not do is refused by key or tensor (V2's

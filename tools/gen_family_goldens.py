@@ -52,6 +52,9 @@ Independent references
       (rope_theta, rope_scaling) for global layers, rotary_emb_local (rope_local_base_freq, no
       scaling) for windowed ones; scaling = query_pre_attn_scalar ** -0.5;
       Gemma3TextScaledWordEmbedding's `* self.embed_scale` (sqrt(hidden_size));
+    - gemma3-mm: gemma3's model saved as a Gemma3ForConditionalGeneration checkpoint
+      (gemma3_multimodal): the nested text_config, the "language_model." prefix, vision
+      tensors beside it; the same logits;
     - deepseek2: DeepSeek-V2's modeling_deepseek.py (remote code; transformers added
       DeepseekV2 after the pinned version): DeepseekV2Attention's q_proj, kv_a_proj_with_mqa
       split into the latent and k_pe, kv_b_proj(kv_a_layernorm(latent)) split per head into
@@ -779,6 +782,32 @@ def gemma3_config(cfg: dict) -> dict:
     return keys
 
 
+def gemma3_multimodal(w: dict, cfg: dict, rng: g.Rng) -> tuple[dict, dict]:
+    """The same text model as a Gemma3ForConditionalGeneration checkpoint, as Gemma 3 4B-27B's
+    are saved: config.json nests Gemma3TextConfig's keys in text_config, leaving out those at
+    the class's defaults (here rms_norm_eps, rope_theta, rope_local_base_freq,
+    sliding_window_pattern, hidden_activation); the text model's tensors are prefixed
+    "language_model." and the vision tower's and projector's sit beside them (two stand-ins,
+    which a text-only load leaves unread). -> (tensors, config.json)."""
+    text = gemma3_config(cfg)
+    defaults = {"rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                "sliding_window_pattern": 6, "hidden_activation": "gelu_pytorch_tanh"}
+    for key, value in defaults.items():
+        assert text[key] == value, key  # the checkpoint's value is the class default
+        del text[key]
+    del text["architectures"]
+    tensors = {"language_model." + k: v for k, v in w.items()}
+    tensors["vision_tower.vision_model.embeddings.patch_embedding.weight"] = rng.normal(8, 3, 2, 2)  # [8, 3, 2, 2]
+    tensors["multi_modal_projector.mm_input_projection_weight"] = rng.normal(8, cfg["hidden_size"])  # [8, dim]
+    config = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+              "boi_token_index": 125, "eoi_token_index": 126, "image_token_index": 127,
+              "initializer_range": 0.02, "mm_tokens_per_image": 4, "text_config": text, "torch_dtype": "float32",
+              "vision_config": {"hidden_size": 8, "image_size": 4, "intermediate_size": 16,
+                                "model_type": "siglip_vision_model", "num_attention_heads": 2,
+                                "num_hidden_layers": 1, "patch_size": 2, "vision_use_head": False}}
+    return tensors, config
+
+
 def write_checkpoint(out: Path, w: dict, config: dict) -> None:
     """config.json and model.safetensors as save_pretrained writes them, for a class the pinned
     transformers lacks: w holds the tensors under the names that class uses."""
@@ -806,7 +835,9 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
                   "command-r": hf_cohere_logits, "falcon": hf_falcon_logits}
     hf_config = {"qwen3": qwen3_config, "qwen3moe": qwen3moe_config, "olmo2": olmo2_config,
                  "gemma3": gemma3_config, "deepseek2": deepseek2_config, "deepseek3": deepseek3_config}
-    if name in hf_forward:
+    if name == "gemma3-mm":
+        write_checkpoint(out, *gemma3_multimodal(w, cfg, rng))
+    elif name in hf_forward:
         hf = hf_forward[name](out, w, cfg, tokens)
         err = g.assert_close(f"{name} textbook vs HF", ref, hf, g.TOL_F64)
         note = f"HF {name} float64 max diff {err:.1e}"
@@ -876,6 +907,13 @@ def main(argv: list[str]) -> int:
                                          final_softcap=20.0, query_pre_attn_scalar=16, sliding_window=8,
                                          sliding_pattern=6, norm_offset=1.0, rope_theta=1000000.0,
                                          rope_linear_factor=4.0, rope_local_theta=10000.0))
+    # Gemma 3's multimodal checkpoints (4B and larger, Gemma3ForConditionalGeneration): gemma3's
+    # text model and logits (the same seed and shape), saved as those checkpoints are.
+    gen_family("gemma3-mm", 22, base_config(num_hidden_layers=6, layout="sandwich", activation="gelu_tanh",
+                                            qk_norm="head", embed_scale=True, tie_word_embeddings=True,
+                                            final_softcap=20.0, query_pre_attn_scalar=16, sliding_window=8,
+                                            sliding_pattern=6, norm_offset=1.0, rope_theta=1000000.0,
+                                            rope_linear_factor=4.0, rope_local_theta=10000.0))
     # DeepSeek-V2 (V2-Lite's form: no query low-rank projection): latent attention with a latent
     # of 64 and RoPE keys of 16 (interleaved), YaRN (factor 4 past 16 positions, mscale 0.707 on
     # the scores as V2-Lite's), one leading dense layer, then 4 experts top-2 (not renormalized,

@@ -282,26 +282,69 @@ inline void hf_window_pattern(const nlohmann::json& j, const HfConfigReader& r, 
              "layer_types");
 }
 
-}  // namespace detail
+// The family of a config.json, and whether its class is the family's multimodal one.
+struct HfClass {
+  const Architecture* arch;
+  bool multimodal;
+};
 
-// A ModelConfig from a parsed config.json (`path` names it in errors).
-inline ModelConfig hf_model_config(const nlohmann::json& j, const std::string& path) {
-  const detail::HfConfigReader r(j, path);
+inline HfClass hf_class(const nlohmann::json& j, const std::string& path) {
+  const HfConfigReader r(j, path);
   if (!j.is_object()) r.fail(ErrorKind::format, "config.json is not a JSON object", {});
   if (!j.contains("architectures") || !j.at("architectures").is_array())
     r.fail(ErrorKind::format, "missing 'architectures' array", "architectures");
   std::string archs;
-  const Architecture* arch = nullptr;
   for (const auto& a : j.at("architectures")) {
     if (!a.is_string()) r.fail(ErrorKind::format, "expected strings", "architectures");
     const std::string name = a.get<std::string>();
     archs += (archs.empty() ? "" : ", ") + name;
-    if (arch == nullptr) arch = find_hf_architecture(name);
+    if (const Architecture* arch = find_hf_architecture(name))
+      return {arch, arch->hf_multimodal != nullptr && name == arch->hf_multimodal};
   }
-  if (arch == nullptr)
-    r.fail(ErrorKind::unsupported,
-           "architecture [" + archs + "] is not supported (" + supported_architectures(true) + ")",
-           "architectures");
+  r.fail(ErrorKind::unsupported,
+         "architecture [" + archs + "] is not supported (" + supported_architectures(true) + ")",
+         "architectures");
+}
+
+// The text model's config: config.json itself, or a multimodal class's text_config; in either,
+// the family's class defaults for the keys it leaves out.
+inline nlohmann::json hf_text_config(const nlohmann::json& j, const std::string& path,
+                                     const HfClass& cls) {
+  nlohmann::json text = j;
+  if (cls.multimodal) {
+    if (!j.contains("text_config") || !j.at("text_config").is_object())
+      HfConfigReader(j, path).fail(ErrorKind::format, "missing the text model's object",
+                                   "text_config");
+    text = j.at("text_config");
+  }
+  for (const auto& [key, value] : cls.arch->hf_config_defaults)
+    if (key != nullptr && !text.contains(key)) text[key] = nlohmann::json::parse(value);
+  return text;
+}
+
+// How a checkpoint's tensors are named beyond the family's names: a multimodal class's prefix
+// on the text model's, and the multi-token prediction layers that follow the decoder's
+// (DeepSeek-V3's num_nextn_predict_layers), which inference leaves unread.
+struct HfCheckpointLayout {
+  std::string prefix;
+  std::int64_t prediction_layers = 0;
+};
+
+inline HfCheckpointLayout hf_checkpoint_layout(const nlohmann::json& j, const std::string& path) {
+  const HfClass cls = hf_class(j, path);
+  return {cls.multimodal ? "language_model." : "",
+          HfConfigReader(j, path).integer_or("num_nextn_predict_layers", 0)};
+}
+
+}  // namespace detail
+
+// A ModelConfig from a parsed config.json (`path` names it in errors); of a multimodal
+// checkpoint (Gemma3ForConditionalGeneration), its text model's.
+inline ModelConfig hf_model_config(const nlohmann::json& config_json, const std::string& path) {
+  const detail::HfClass cls = detail::hf_class(config_json, path);
+  const Architecture* arch = cls.arch;
+  const nlohmann::json j = detail::hf_text_config(config_json, path, cls);
+  const detail::HfConfigReader r(j, path);
   // SiLU families name their activation hidden_act; Gemma's classes read hidden_activation
   // (GELU's tanh approximation, which transformers also calls gelu_new).
   if (arch->hf_falcon_flags) {  // FalconConfig's activation (nn.GELU() when "gelu")
@@ -534,10 +577,10 @@ inline std::string hf_latent_part(const safetensors::Checkpoint& ckpt, const Mod
 // does not read (llama.cpp's converter drops them); tensors outside the layers, such as a rotary
 // inverse-frequency buffer, which carry nothing we would get wrong by not reading them.
 inline void check_no_unused_layer_tensors(const safetensors::Checkpoint& ckpt,
-                                          const Architecture& arch, const ModelConfig& config,
+                                          std::string_view layers_prefix, const ModelConfig& config,
                                           const std::set<std::string, std::less<>>& used,
                                           std::int64_t extra_layers) {
-  const std::string_view kPrefix = arch.hf_layers;
+  const std::string_view kPrefix = layers_prefix;
   for (const std::string& name : ckpt.names()) {
     if (name.compare(0, kPrefix.size(), kPrefix) != 0 || used.count(name) != 0) continue;
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
@@ -559,12 +602,12 @@ inline void check_no_unused_layer_tensors(const safetensors::Checkpoint& ckpt,
 
 }  // namespace detail
 
-// Builds a model from a config and an opened checkpoint, which may hold `prediction_layers`
-// multi-token prediction layers after the decoder's, left unread (DeepSeek-V3's
-// num_nextn_predict_layers).
+// Builds a model from a config and an opened checkpoint, whose names `layout` qualifies (a
+// multimodal checkpoint's prefix, prediction layers left unread).
 inline HfModel load_hf_model(const ModelConfig& config,
                              std::shared_ptr<const safetensors::Checkpoint> checkpoint,
-                             const LoadOptions& options = {}, std::int64_t prediction_layers = 0) {
+                             const LoadOptions& options = {},
+                             const detail::HfCheckpointLayout& layout = {}) {
   HfModel m;
   m.config = config;
   auto storage = std::make_shared<detail::HfStorage>();
@@ -583,7 +626,7 @@ inline HfModel load_hf_model(const ModelConfig& config,
     if (const std::optional<FusedPart> part = fused_part(config, spec);
         part && part->hf != nullptr) {  // Phi-3's qkv_proj
       const std::string layer = spec.name.substr(4, spec.name.find('.', 4) - 4);
-      std::string name = arch->hf_layers + layer + "." + arch->hf_tensor(part->hf);
+      std::string name = layout.prefix + arch->hf_layers + layer + "." + arch->hf_tensor(part->hf);
       const TensorSpec whole{part->gguf, part->file_rows, spec.cols, spec.role};
       WeightTensor w = detail::hf_weight(*checkpoint, name, whole, *storage, options, 0.0f)
                            .row_range(part->first_row, spec.rows, spec.name);
@@ -593,17 +636,18 @@ inline HfModel load_hf_model(const ModelConfig& config,
     if (arch->latent_attention &&
         (spec.name.ends_with(".attn_k_b.weight") || spec.name.ends_with(".attn_v_b.weight"))) {
       const std::string layer =
-          arch->hf_layers + spec.name.substr(4, spec.name.find('.', 4) - 4) + ".";
+          layout.prefix + arch->hf_layers + spec.name.substr(4, spec.name.find('.', 4) - 4) + ".";
       WeightTensor w;
       used.insert(detail::hf_latent_part(*checkpoint, config, layer, spec, *storage, options, w));
       return w;
     }
-    std::string name = detail::hf_tensor_name(*arch, layers, spec);
+    std::string name = layout.prefix + detail::hf_tensor_name(*arch, layers, spec);
     WeightTensor w = detail::hf_weight(*checkpoint, name, spec, *storage, options, norm_offset);
     used.insert(std::move(name));
     return w;
   });
-  detail::check_no_unused_layer_tensors(*checkpoint, *arch, config, used, prediction_layers);
+  detail::check_no_unused_layer_tensors(*checkpoint, layout.prefix + arch->hf_layers, config, used,
+                                        layout.prediction_layers);
   validate_weights(m.config, m.weights);
   m.weights.storage = storage;
   m.checkpoint = std::move(checkpoint);
@@ -624,7 +668,7 @@ inline HfModel load_hf_model(const std::string& dir_or_file, const LoadOptions& 
   return load_hf_model(
       config,
       std::make_shared<const safetensors::Checkpoint>(safetensors::Checkpoint::open(dir_or_file)),
-      options, detail::HfConfigReader(j, config_path).integer_or("num_nextn_predict_layers", 0));
+      options, detail::hf_checkpoint_layout(j, config_path));
 }
 
 }  // namespace hllm

@@ -89,6 +89,13 @@ struct Architecture {
   // DeepSeek-V2's multi-head latent attention and experts (ungated shared experts, leading
   // dense layers, scaled weights), read by their own keys in GGUF files and config.json.
   bool latent_attention = false;
+  // The class (one of `hf`) of the family's multimodal checkpoints, whose config.json nests the
+  // text model's keys in text_config and whose tensors carry a "language_model." prefix, the
+  // vision tower's beside them (left unread): Gemma3ForConditionalGeneration.
+  const char* hf_multimodal = nullptr;
+  // The text config class's defaults (key, JSON value) for keys a config.json leaves out, as
+  // transformers fills them in (the multimodal checkpoints' text_config omits most).
+  std::array<std::array<const char*, 2>, 16> hf_config_defaults{};
 
   // The family's name of Llama's layer tensor `name` (self_attn.o_proj.weight, ...).
   const char* hf_tensor(const char* name) const {
@@ -131,7 +138,9 @@ struct Architecture {
 // and scaled embedding with Qwen3's per-head QK-norm, a window on five layers of every six
 // whose RoPE has its own base (rope.freq_base_swa, 10000 where absent; rope.freq_base and the
 // scaling are the global layers'), no attention soft-cap, a final one only where the file
-// says, output.weight where the file has it (llama.cpp's gemma3 graph). deepseek2 (DeepSeek-V2,
+// says, output.weight where the file has it (llama.cpp's gemma3 graph); from Hugging Face
+// also the multimodal checkpoints' text model, with Gemma3TextConfig's defaults
+// (configuration_gemma3.py) for the keys their text_config omits. deepseek2 (DeepSeek-V2,
 // V2-Lite and V3): multi-head latent attention (ModelConfig::kv_lora_rank; interleaved RoPE rows
 // in Hugging Face's checkpoints and in GGUF), YaRN whose mscale scales the scores, experts
 // routed by softmax (V2) or by sigmoid with selection biases and expert groups (V3), not
@@ -225,7 +234,7 @@ inline constexpr Architecture kArchitectures[] = {
      .hf_tied = true,
      .gguf_width_scaled_layers = 46},
     {.gguf = "gemma3",
-     .hf = {"Gemma3ForCausalLM", nullptr},
+     .hf = {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"},
      .gguf_rope = RopeLayout::neox,
      .qk_norm = QkNorm::per_head,
      .layout = BlockLayout::sandwich,
@@ -236,7 +245,23 @@ inline constexpr Architecture kArchitectures[] = {
      .window_rope_theta = 10000.0f,
      .hf_norm_offset = 1.0f,
      .hf_tied = true,
-     .gguf_width_scaled_layers = 62},
+     .gguf_width_scaled_layers = 62,
+     .hf_multimodal = "Gemma3ForConditionalGeneration",
+     .hf_config_defaults = {{{"vocab_size", "262208"},
+                             {"hidden_size", "2304"},
+                             {"intermediate_size", "9216"},
+                             {"num_hidden_layers", "26"},
+                             {"num_attention_heads", "8"},
+                             {"num_key_value_heads", "4"},
+                             {"head_dim", "256"},
+                             {"hidden_activation", "\"gelu_pytorch_tanh\""},
+                             {"max_position_embeddings", "131072"},
+                             {"rms_norm_eps", "1e-6"},
+                             {"rope_theta", "1000000.0"},
+                             {"query_pre_attn_scalar", "256"},
+                             {"sliding_window", "4096"},
+                             {"rope_local_base_freq", "10000.0"},
+                             {"sliding_window_pattern", "6"}}}},
     {.gguf = "deepseek2",
      .hf = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"},
      .gguf_rope = RopeLayout::interleaved,
