@@ -251,7 +251,7 @@ inline void attend_group(const float* q, const Rows& keys, const Rows& values, s
                          std::size_t head_dim, std::size_t group, AttentionScoring scoring,
                          float* out) {
 #if HLLM_ISA_LEVEL == 2
-  if (head_dim % 16 == 0 && head_dim <= kMaxTiledHeadDim) {
+  if (head_dim % 16 == 0 && head_dim <= kMaxTiledHeadDim && attention_group_tiled(group)) {
     switch (group) {
       case 1: return attend_group_tiles<1>(q, keys, values, n_keys, head_dim, scoring, out);
       case 2: return attend_group_tiles<2>(q, keys, values, n_keys, head_dim, scoring, out);

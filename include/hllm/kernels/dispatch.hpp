@@ -72,6 +72,13 @@ using AttendGroupFn = void (*)(const float* q, const void* keys, const void* val
                                std::size_t n_keys, std::size_t head_dim, std::size_t group,
                                AttentionScoring scoring, float* out);
 
+// The group sizes an AttendGroupFn runs through its tiled kernel (AVX-512, where the row width
+// allows) rather than one head at a time. A head's arithmetic is the same in any group on the
+// same side of this test, so a caller may split a group into such parts without changing a bit.
+constexpr bool attention_group_tiled(std::size_t group) noexcept {
+  return group >= 1 && group <= 16 && (group & (group - 1)) == 0;
+}
+
 // Where the rows of one layer's keys (or values) of one KV head lie in a paged cache
 // (nn/paged_kv_storage.hpp), for an attention call over n_keys rows: row j is position
 // first + j, at slot (first + j) % block_tokens of block blocks[(first + j) / block_tokens].

@@ -197,7 +197,8 @@ class LlamaBlock {
     const std::size_t threads = compute.pool().size();
     std::size_t parts = 1;  // per KV head
     while (n_tokens * n_kv * parts < threads && group % (2 * parts) == 0 &&
-           same_group_kernel(group, group / (2 * parts)))
+           kernels::attention_group_tiled(group) ==
+               kernels::attention_group_tiled(group / (2 * parts)))
       parts *= 2;
     const std::size_t heads = group / parts, units_per_token = n_kv * parts;
     // Work: about 2 · head_dim multiply-adds per visible key per head.
@@ -212,12 +213,6 @@ class LlamaBlock {
                                    compute.kernels(), first, first + heads);
                     }
                   });
-  }
-  // Whether groups of a and of b heads run the same attention kernel (attend_group: the tiled
-  // one for 1, 2, 4, 8 or 16 heads, where the row width allows, else one head at a time).
-  static bool same_group_kernel(std::size_t a, std::size_t b) noexcept {
-    const auto tiled = [](std::size_t g) { return g <= 16 && (g & (g - 1)) == 0; };
-    return tiled(a) == tiled(b);
   }
 
   // Attention of every family but those with latent attention: in: [n_tokens][dim], the
