@@ -183,7 +183,7 @@ class LlamaBlock {
   }
 
  private:
-  // Every token of the chunk attends: q, out: [n_tokens][q_width], n_kv KV heads. Threads split
+  // Every token of the chunk attends: q, out: [n_tokens][q_width]. Threads split
   // the independent (token, KV head) pairs, the query heads sharing a KV head together so that
   // their keys and values are read once; where those pairs are fewer than the threads (decode
   // with few KV heads: latent attention's one, multi-query's), each group's heads are halved
@@ -192,8 +192,8 @@ class LlamaBlock {
   // pick another kernel), so results do not depend on the thread count.
   template <class Chunk>
   void attend_chunk(const Compute& compute, const Chunk& chunk, std::size_t n_tokens,
-                    std::size_t n_kv, const float* q, float* out, std::size_t q_width) const {
-    const std::size_t n_heads = n_heads_(), group = n_heads / n_kv;
+                    const float* q, float* out, std::size_t q_width) const {
+    const std::size_t n_heads = n_heads_(), n_kv = n_kv_heads_(), group = n_heads / n_kv;
     const std::size_t threads = compute.pool().size();
     std::size_t parts = 1;  // per KV head
     while (n_tokens * n_kv * parts < threads && group % (2 * parts) == 0 &&
@@ -255,7 +255,7 @@ class LlamaBlock {
     }
     // Every token of the chunk is stored before any attends, and each attends to positions up
     // to its own, so causality inside the chunk comes for free.
-    attend_chunk(compute, chunk, n_tokens, n_kv_heads_(), s.q.data(), s.attn.data(), q_width);
+    attend_chunk(compute, chunk, n_tokens, s.q.data(), s.attn.data(), q_width);
     if (rotation.active())  // the output of rotated values, turned back (H is its own inverse)
       hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
     compute.matmul(weights_.wo, s.attn.data(), n_tokens, s.projected.data());
@@ -322,7 +322,7 @@ class LlamaBlock {
       }
       chunk.store(layer_, t, k, v);
     }
-    attend_chunk(compute, chunk, n_tokens, 1, s.q.data(), s.attn.data(), q_width);
+    attend_chunk(compute, chunk, n_tokens, s.q.data(), s.attn.data(), q_width);
     if (rotation.active()) hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
     // Every head's W_vb_h · latent output, gathered per head, as one job; then Wo over the
     // heads' outputs [T][heads][v] (in s.q, free now).

@@ -24,10 +24,6 @@ enum class ExpertGating : std::uint8_t {
   sigmoid,  // score = sigmoid(logit), each expert on its own
 };
 
-inline const char* expert_gating_name(ExpertGating g) noexcept {
-  return g == ExpertGating::sigmoid ? "sigmoid" : "softmax";
-}
-
 struct ExpertRouting {
   std::size_t n_experts = 0, n_used = 0;
   bool normalized = false;  // the chosen weights divided by their sum
