@@ -477,6 +477,32 @@ BENCHMARK(BM_AttentionPaged<float>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicro
 BENCHMARK(BM_AttentionPaged<hllm::f16>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AttentionPaged<hllm::BlockQ8_0>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
 
+// One decoded token's latent attention (DeepSeek-V2's MLA, absorbed): `group` query heads over
+// `context` cached rows of one KV head 576 values wide (512 latent + 64 RoPE), f16 cache, one
+// thread: what each of two threads does for DeepSeek-V2-Lite's 16 heads. Reports multiply-adds
+// per second (a score and a value pass over every row for every head).
+void BM_LatentAttention(benchmark::State& state) {
+  const std::size_t context = static_cast<std::size_t>(state.range(0));
+  const std::size_t group = static_cast<std::size_t>(state.range(1)), head_dim = 576;
+  hllm::KVCache<hllm::f16> cache(1, 1, head_dim, context);
+  for (std::size_t p = 0; p < context; ++p) {
+    const auto k = random_floats(head_dim, 3 + static_cast<unsigned>(p));
+    cache.store(0, p, k.data(), k.data());
+  }
+  const auto attend = hllm::kernels::active().attend_group_for<hllm::f16>();
+  const auto q = random_floats(group * head_dim, 4);
+  std::vector<float> out(group * head_dim);
+  for (auto _ : state) {
+    attend(q.data(), cache.keys(0, 0), cache.values(0, 0), context, head_dim, group, 0.07f,
+           out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["FMA/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * 2 * group * context * head_dim),
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LatentAttention)->Args({4096, 8})->Args({4096, 16})->Unit(benchmark::kMicrosecond);
+
 // One decode step of a small whole model (dim 512, 4 layers): the composition overhead.
 void BM_ModelDecode(benchmark::State& state) {
   hllm::ModelConfig c;

@@ -388,6 +388,39 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
   }
 }
 
+// A group's heads attended in parts (as LlamaBlock splits one KV head's heads over threads)
+// give the same bits as all together: each tiled group size that divides 16, over latent
+// attention's 576-wide rows and GQA's 64 and 128, key counts around the tile, softcapped too.
+template <class KV>
+void check_group_split_is_bit_identical(Isa isa, std::size_t n_keys, std::size_t head_dim,
+                                        hllm::AttentionScoring scoring) {
+  constexpr std::size_t kGroup = 16;
+  const auto q = hllm::test::random_vector(kGroup * head_dim, 31);
+  const auto k = kv_rows<KV>(hllm::test::random_vector(n_keys * head_dim, 32), head_dim);
+  const auto v = kv_rows<KV>(hllm::test::random_vector(n_keys * head_dim, 33), head_dim);
+  const auto attend = hllm::kernels::table_for(isa).attend_group_for<KV>();
+  std::vector<float> whole(kGroup * head_dim), parts(kGroup * head_dim);
+  attend(q.data(), k.data(), v.data(), n_keys, head_dim, kGroup, scoring, whole.data());
+  for (std::size_t part : {8u, 4u, 2u, 1u}) {
+    for (std::size_t first = 0; first < kGroup; first += part)
+      attend(q.data() + first * head_dim, k.data(), v.data(), n_keys, head_dim, part, scoring,
+             parts.data() + first * head_dim);
+    ASSERT_EQ(parts, whole) << hllm::to_string(isa) << " parts of " << part << " keys " << n_keys
+                            << " head_dim " << head_dim;
+  }
+}
+
+TEST_P(KernelIsa, GroupSplitIntoPartsIsBitIdentical) {
+  for (std::size_t n_keys : {1u, 15u, 16u, 33u, 100u})
+    for (std::size_t head_dim : {64u, 128u, 576u}) {
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const hllm::AttentionScoring plain(scale), capped(scale, 2.0f);
+      check_group_split_is_bit_identical<float>(GetParam(), n_keys, head_dim, plain);
+      check_group_split_is_bit_identical<hllm::f16>(GetParam(), n_keys, head_dim, capped);
+      check_group_split_is_bit_identical<hllm::BlockQ8_0>(GetParam(), n_keys, head_dim, plain);
+    }
+}
+
 // One key, so softmax gives it weight 1 and every attention path returns its value row exactly
 // (0·correction + 1·v, divided by 1): a row holding every code of a block type shows each
 // ISA's vector decode equals kv_value bit for bit, on the one-head and the grouped paths. FP8

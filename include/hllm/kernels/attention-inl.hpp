@@ -151,94 +151,158 @@ inline void attend_head(const float* q, const Rows& keys, const Rows& values, st
 }
 
 #if HLLM_ISA_LEVEL == 2
-// G query heads that share one KV head (GQA), against the same n_keys keys and values: the
-// keys and values are read once for all G, and 16 keys at a time are transposed (16·head_dim
-// values → head_dim vectors of 16 keys) so each query's 16 scores come from head_dim FMAs with
-// no horizontal sums; softmax runs on the 16-lane score vectors and the value pass keeps G
-// accumulators per 16 dimensions in registers. Same online softmax as attend_head.
-// q: [G][head_dim], keys, values: n_keys rows, out: [G][head_dim]; head_dim % 16 == 0 and at
-// most kMaxTiledHeadDim: the 576 of latent attention's one row per token (DeepSeek's 512 + 64,
-// read by all 16 heads), which a tile of keys transposes into 36 KB.
+// The sums of 16 accumulators' 16 lanes, in one vector: lane 4q + m holds the sum of a[4m + q].
+// Every accumulator's lanes are added in the same tree (pairs i, i + 8, then i, i + 4, i, i + 2,
+// i, i + 1) whatever its slot, so a sum does not depend on what shares the vector with it.
+inline __m512 sum_lanes16(const __m512 a[16]) {
+  __m512 b[8], c[4], e[2];
+  _Pragma("GCC unroll 8") for (std::size_t i = 0; i < 8; ++i) b[i] =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                    _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+  _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) c[i] =
+      _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                    _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+  _Pragma("GCC unroll 2") for (std::size_t i = 0; i < 2; ++i) e[i] =
+      _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44),
+                    _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], 0x88), _mm512_shuffle_ps(e[0], e[1], 0xDD));
+}
+
+// The dot products of H query heads with 16 / H key rows: lane jl · H + gl is head gl's with
+// row jl. Each product is one 16-lane FMA chain over the head's dimensions then sum_lanes16,
+// the same arithmetic whatever H. q: [H][head_dim], rows: 16 / H row addresses.
+template <std::size_t H, class KV>
+inline __m512 dot_heads_rows(const float* q, const KV* const* rows, std::size_t head_dim) {
+  constexpr std::size_t kRows = 16 / H;
+  __m512 acc[16];
+  _Pragma("GCC unroll 16") for (std::size_t i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  for (std::size_t d = 0; d < head_dim; d += 16) {
+    __m512 qd[H];
+    _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) qd[g] =
+        _mm512_loadu_ps(q + g * head_dim + d);
+    _Pragma("GCC unroll 16") for (std::size_t j = 0; j < kRows; ++j) {
+      const __m512 k = load_kv(rows[j], d);
+      _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) acc[j * H + g] =
+          _mm512_fmadd_ps(qd[g], k, acc[j * H + g]);
+    }
+  }
+  __m512 slots[16];  // sum_lanes16 puts slot 4m + q's sum in lane 4q + m
+  _Pragma("GCC unroll 16") for (std::size_t i = 0; i < 16; ++i) slots[i] = acc[(i % 4) * 4 + i / 4];
+  return sum_lanes16(slots);
+}
+
+// Each lane's maximum over the lanes congruent to it modulo G (G a power of two <= 16).
+template <std::size_t G>
+inline __m512 max_congruent_lanes(__m512 m) {
+  if constexpr (G <= 8) m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, 0x4E));
+  if constexpr (G <= 4) m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, 0xB1));
+  if constexpr (G <= 2) m = _mm512_max_ps(m, _mm512_shuffle_ps(m, m, 0x4E));
+  if constexpr (G <= 1) m = _mm512_max_ps(m, _mm512_shuffle_ps(m, m, 0xB1));
+  return m;
+}
+
+// out[g][d .. d + 16) = out[g][..]·correction[g] + Σ_j p[j·G + g]·v_j[..] for H heads g: each
+// head's accumulator is one FMA chain over the keys in order, whatever H.
+// out: [H][head_dim] (row stride head_dim), correction: [H], p: [count][G] at the first head.
+template <std::size_t H, std::size_t G, class KV>
+inline void accumulate_values(float* out, std::size_t head_dim, std::size_t d,
+                              const float* correction, const float* p, const KV* const* value_rows,
+                              std::size_t count) {
+  __m512 o[H];
+  _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) o[g] =
+      _mm512_mul_ps(_mm512_loadu_ps(out + g * head_dim + d), _mm512_set1_ps(correction[g]));
+  for (std::size_t j = 0; j < count; ++j) {
+    const __m512 v = load_kv(value_rows[j], d);
+    _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) o[g] =
+        _mm512_fmadd_ps(_mm512_set1_ps(p[j * G + g]), v, o[g]);
+  }
+  _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g)
+      _mm512_storeu_ps(out + g * head_dim + d, o[g]);
+}
+
+// G query heads that share one KV head (GQA, or latent attention's 16), against the same n_keys
+// keys and values, 16 keys a tile: each key row is read once for up to 8 heads and each query
+// row once for 16 / 8 keys, so the scores are FMAs of full vectors with one lane sum per (key,
+// head) at the end, and no transposes. A tile's scores sit in memory as [key][head], which
+// puts head g in the lanes congruent to g modulo G, so the softmax's maxima, exponentials and
+// rescale factors run on whole vectors for every head at once. The value pass keeps G
+// accumulators per 16 dimensions in registers. Same online softmax as attend_head; a head's
+// arithmetic does not depend on G (sums over keys run in key order), so splitting a group
+// changes no bit. q: [G][head_dim], keys, values: n_keys rows, out: [G][head_dim];
+// head_dim % 16 == 0 and at most kMaxTiledHeadDim (latent attention's 576).
 inline constexpr std::size_t kMaxTiledHeadDim = 576;
 template <std::size_t G, class Rows>
 inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& values,
                                std::size_t n_keys, std::size_t head_dim, AttentionScoring scoring,
                                float* out) {
-  constexpr std::size_t kKeys = 16;
-  alignas(64) float key_columns[kMaxTiledHeadDim * kKeys];  // [head_dim][16 keys]
-  alignas(64) float p[G][kKeys];
-  // Per head, in 16 lanes so that one vector exp rescales every head (lanes >= G stay 0).
-  alignas(64) float running_max[16] = {}, new_max[16] = {}, correction[16];
-  float running_sum[G];
-  for (std::size_t g = 0; g < G; ++g) {
-    running_max[g] = -std::numeric_limits<float>::infinity();
-    running_sum[g] = 0.0f;
-  }
+  constexpr std::size_t kKeys = 16, H = G < 8 ? G : 8, kUnitRows = kKeys / H;
+  using KV = typename Rows::element_type;
+  alignas(64) float scores[kKeys * G];  // [key][head], then the probabilities
+  alignas(64) float correction[16];
+  __m512 running_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());  // lane l: l % G
+  __m512 running_sum = _mm512_setzero_ps();                                      // lane g < G
   std::fill(out, out + G * head_dim, 0.0f);
   for (std::size_t start = 0; start < n_keys; start += kKeys) {
     const std::size_t count = std::min(kKeys, n_keys - start);
-    const __mmask16 valid = VecF32::mask(count);
-    // The tile's row addresses, once (a paged cache's cost a block-table lookup each).
-    const typename Rows::element_type* key_rows[kKeys];
-    const typename Rows::element_type* value_rows[kKeys];
-    for (std::size_t j = 0; j < count; ++j) {
-      key_rows[j] = keys(start + j);
-      value_rows[j] = values(start + j);
+    // The tile's row addresses, once (a paged cache's cost a block-table lookup each); rows past
+    // the end repeat the last one, their scores masked below.
+    const KV* key_rows[kKeys];
+    const KV* value_rows[kKeys];
+    for (std::size_t j = 0; j < kKeys; ++j) {
+      key_rows[j] = keys(start + std::min(j, count - 1));
+      value_rows[j] = values(start + std::min(j, count - 1));
     }
-    // Transpose the tile's keys: key_columns[d][j] = keys[start + j][d].
-    for (std::size_t d0 = 0; d0 < head_dim; d0 += 16) {
-      __m512 r[16];
-      _Pragma("GCC unroll 16") for (std::size_t j = 0; j < 16; ++j) r[j] =
-          j < count ? load_kv(key_rows[j], d0) : _mm512_setzero_ps();
-      transpose16x16(r);
-      _Pragma("GCC unroll 16") for (std::size_t k = 0; k < 16; ++k)
-          _mm512_store_ps(key_columns + (d0 + k) * kKeys, r[k]);
-    }
-    // Scores of every head first (four FMA chains each: a head's head_dim products are one
-    // dependency chain otherwise), then one vector exp for all heads' rescale factors instead
-    // of a scalar exp per head and tile, which would cost a sizeable share of the kernel.
-    __m512 scores[G];
-    _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) {
-      const float* qg = q + g * head_dim;
-      __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()};
-      for (std::size_t d = 0; d < head_dim; d += 4)
-        _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) s[i] = _mm512_fmadd_ps(
-            _mm512_set1_ps(qg[d + i]), _mm512_load_ps(key_columns + (d + i) * kKeys), s[i]);
-      __m512 scaled =
-          _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])),
-                        _mm512_set1_ps(scoring.scale));
-      if (scoring.capped()) scaled = soft_capped(scaled, _mm512_set1_ps(scoring.softcap));
-      scores[g] = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid,
-                                     scaled);
-      new_max[g] = std::max(running_max[g], _mm512_reduce_max_ps(scores[g]));
-    }
-    const __m512 new_max_v = _mm512_load_ps(new_max);
-    _mm512_store_ps(correction, VecF32::exp(_mm512_sub_ps(_mm512_load_ps(running_max), new_max_v)));
-    _mm512_store_ps(running_max, new_max_v);
-    _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) {
-      const __m512 e = _mm512_maskz_mov_ps(
-          valid, VecF32::exp(_mm512_sub_ps(scores[g], _mm512_set1_ps(new_max[g]))));
-      _mm512_store_ps(p[g], e);
-      running_sum[g] = running_sum[g] * correction[g] + VecF32::sum(e);
-    }
-    // out[g] = out[g]·correction[g] + Σ_j p[g][j]·v_j, 16 dimensions at a time.
-    for (std::size_t d0 = 0; d0 < head_dim; d0 += 16) {
-      __m512 o[G];
-      _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) o[g] =
-          _mm512_mul_ps(_mm512_loadu_ps(out + g * head_dim + d0), _mm512_set1_ps(correction[g]));
-      for (std::size_t j = 0; j < count; ++j) {
-        const __m512 v = load_kv(value_rows[j], d0);
-        _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g) o[g] =
-            _mm512_fmadd_ps(_mm512_set1_ps(p[g][j]), v, o[g]);
+    // Scores, 16 (key, head) pairs a vector: H heads of 16 / H keys.
+    for (std::size_t g0 = 0; g0 < G; g0 += H)
+      for (std::size_t j0 = 0; j0 < kKeys; j0 += kUnitRows) {
+        const __m512 dots = dot_heads_rows<H>(q + g0 * head_dim, key_rows + j0, head_dim);
+        if constexpr (H == G) {
+          _mm512_store_ps(scores + j0 * G, dots);
+        } else {  // 2 keys × 8 heads: each key's 8 lanes to its own row of the tile
+          _mm512_mask_storeu_ps(scores + j0 * G + g0, 0x00FF, dots);
+          _mm512_mask_storeu_ps(scores + (j0 + 1) * G + g0 - 8, 0xFF00, dots);
+        }
       }
-      _Pragma("GCC unroll 8") for (std::size_t g = 0; g < G; ++g)
-          _mm512_storeu_ps(out + g * head_dim + d0, o[g]);
+    // Softmax over the tile, [key][head] vectors: flat entry f is key f / G, head f % G.
+    __m512 tile_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __m512 scaled[G];
+    _Pragma("GCC unroll 16") for (std::size_t v = 0; v < G; ++v) {
+      __m512 x = _mm512_mul_ps(_mm512_load_ps(scores + 16 * v), _mm512_set1_ps(scoring.scale));
+      if (scoring.capped()) x = soft_capped(x, _mm512_set1_ps(scoring.softcap));
+      const std::size_t valid =
+          count * G > 16 * v ? std::min<std::size_t>(16, count * G - 16 * v) : 0;
+      scaled[v] = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()),
+                                     VecF32::mask(valid), x);
+      tile_max = _mm512_max_ps(tile_max, scaled[v]);
     }
+    const __m512 new_max = _mm512_max_ps(running_max, max_congruent_lanes<G>(tile_max));
+    const __m512 rescale = VecF32::exp(_mm512_sub_ps(running_max, new_max));
+    _mm512_store_ps(correction, rescale);
+    running_max = new_max;
+    _Pragma("GCC unroll 16") for (std::size_t v = 0; v < G; ++v) {
+      const std::size_t valid =
+          count * G > 16 * v ? std::min<std::size_t>(16, count * G - 16 * v) : 0;
+      _mm512_store_ps(
+          scores + 16 * v,
+          _mm512_maskz_mov_ps(VecF32::mask(valid), VecF32::exp(_mm512_sub_ps(scaled[v], new_max))));
+    }
+    // Each head's tile sum in key order (lanes g < G), then the running sums rescaled.
+    __m512 tile_sum = _mm512_setzero_ps();
+    for (std::size_t j = 0; j < count; ++j)
+      tile_sum = _mm512_add_ps(tile_sum, VecF32::load(scores + j * G, G));
+    running_sum = _mm512_fmadd_ps(running_sum, rescale, tile_sum);
+    // out[g] = out[g]·correction[g] + Σ_j p[j][g]·v_j, up to 8 heads by 16 dimensions at a
+    // time (two vectors per broadcast probability measured slower on Zen 4).
+    for (std::size_t g0 = 0; g0 < G; g0 += H)
+      for (std::size_t d = 0; d < head_dim; d += 16)
+        accumulate_values<H, G>(out + g0 * head_dim, head_dim, d, correction + g0, scores + g0,
+                                value_rows, count);
   }
+  alignas(64) float sums[16];
+  _mm512_store_ps(sums, running_sum);
   for (std::size_t g = 0; g < G; ++g)
-    if (running_sum[g] > 0.0f) {
-      const float inv = 1.0f / running_sum[g];
+    if (sums[g] > 0.0f) {
+      const float inv = 1.0f / sums[g];
       for (std::size_t d = 0; d < head_dim; ++d) out[g * head_dim + d] *= inv;
     }
 }
