@@ -96,7 +96,8 @@ Result run_config(hllm::BatchRunner<>& runner, const hllm::ModelConfig& c, const
   const std::size_t block = hllm::kDefaultBlockTokens;
   const std::size_t blocks = npl * ((npp + ntg + block - 1) / block + 1);
   hllm::AnyPagedKVStorage storage(o.kv_type, blocks, block, std::size_t(c.n_layers),
-                                  std::size_t(c.n_kv_heads), std::size_t(c.resolved_head_dim()));
+                                  std::size_t(c.n_kv_heads), std::size_t(c.resolved_head_dim()),
+                                  c.kv_value_rows());
   hllm::KVBlockAllocator allocator(blocks, block);
   const auto copy = [&](hllm::BlockId from, hllm::BlockId to) { storage.copy_block(from, to); };
   std::uniform_int_distribution<std::int32_t> token(3, static_cast<std::int32_t>(c.vocab_size) - 1);

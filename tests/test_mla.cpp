@@ -8,8 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -18,6 +21,7 @@
 #include "common/synthetic.hpp"
 #include "hllm/io/convert.hpp"
 #include "hllm/io/gguf_model.hpp"
+#include "hllm/model/forward_context.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/repack.hpp"
 #include "hllm/model/session.hpp"
@@ -321,16 +325,78 @@ TEST(LatentAttentionFile, SyntheticGgufLoadsAsTheModelInMemory) {
   EXPECT_TRUE(all_close(b.prefill(tokens, hllm::Logits::all), expected, 1e-6f));
 }
 
-// The cache holds rot + kv_lora values per token and layer for keys and as many for values,
-// where the expanded form holds n_heads · (nope + rot) and n_heads · v.
-TEST(LatentAttentionConfig, CacheHoldsTheLatentOnly) {
+// The cache holds one row of rot + kv_lora values per token and layer, read as the key and as
+// the value, where the expanded form holds n_heads · (nope + rot) keys and n_heads · v values.
+TEST(LatentAttentionConfig, CacheHoldsTheLatentOnce) {
   const hllm::ModelConfig c = latent_config(0);
   EXPECT_EQ(c.kv_dim(), 80);
   EXPECT_EQ(c.n_kv_heads, 1);
   EXPECT_FLOAT_EQ(c.resolved_attention_scale(), 1.0f / std::sqrt(48.0f));
   const std::int64_t expanded = c.n_heads * (c.mla_q_head_dim() + c.mla_v_dim);
-  EXPECT_EQ(expanded, 4 * (48 + 32));
-  EXPECT_EQ(2 * c.kv_dim(), 160);  // keys and values: half the expanded 320 at this shape
+  EXPECT_EQ(expanded, 4 * (48 + 32));  // 4× the 80 the cache holds at this shape
+  EXPECT_EQ(c.kv_value_rows(), hllm::KVValues::keys);
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 1));
+  const hllm::Session<> session(model, {.context = 32, .kv_type = hllm::KVType::f16});
+  EXPECT_EQ(session.kv_cache().value_rows(), hllm::KVValues::keys);
+  EXPECT_EQ(session.kv_cache().bytes(), 2u * 32u * 80u * sizeof(hllm::f16));
+}
+
+// A cache that reads values from the key rows gives the logits of one with value rows of their
+// own (the block writes a copy of the key row there), prefill chunks and decodes: the same bits
+// for float and f16 rows; for Q8_0 rows, rotated (rows of 128: Hadamard blocks of 128 for keys,
+// 64 for values), as close to the float logits. A plain attention layer refuses such a cache.
+TEST(LatentAttentionConfig, ValuesReadFromKeyRowsEqualValuesOfTheirOwn) {
+  hllm::ModelConfig c = latent_config(64);
+  c.kv_lora_rank = 112;  // rows of 16 + 112 = 128
+  c.head_dim = c.rope.rot_dims + c.kv_lora_rank;
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 6));
+  const std::vector<std::int32_t> tokens = some_tokens(20);
+  const std::size_t vocab = model.vocab_size(), head_dim = 128;
+  const auto run = [&]<class KV>(hllm::KVValues values) {
+    hllm::ForwardContext context(c, c.rope.rot_dims, 8, 2, std::nullopt, false);
+    hllm::KVCache<KV> cache(2, 1, head_dim, 32, values);
+    std::vector<float> logits(tokens.size() * vocab);
+    for (std::size_t start = 0; start < tokens.size();) {  // prefill chunks of 8 and 4, decodes
+      const std::size_t n = start < 12 ? std::min<std::size_t>(8, 12 - start) : 1;
+      model.forward(context.compute(), std::span(tokens).subspan(start, n), start, cache,
+                    context.scratch(), logits.data() + start * vocab, true);
+      start += n;
+    }
+    return logits;
+  };
+  const std::vector<float> exact = run.operator()<float>(hllm::KVValues::separate);
+  EXPECT_EQ(run.operator()<float>(hllm::KVValues::keys), exact);
+  EXPECT_EQ(run.operator()<hllm::f16>(hllm::KVValues::keys),
+            run.operator()<hllm::f16>(hllm::KVValues::separate));
+  // Q8_0: the value rows quantize under another rotation, so the two differ by quantization
+  // noise; reading the key rows must cost no more accuracy than rows of their own.
+  const auto max_error = [&](const std::vector<float>& logits) {
+    float error = 0.0f;
+    for (std::size_t i = 0; i < exact.size(); ++i)
+      error = std::max(error, std::abs(logits[i] - exact[i]));
+    return error;
+  };
+  const float shared_error = max_error(run.operator()<hllm::BlockQ8_0>(hllm::KVValues::keys)),
+              own_error = max_error(run.operator()<hllm::BlockQ8_0>(hllm::KVValues::separate));
+  std::printf("Q8_0 cache, max |logit error| against f32: values read from keys %g, own %g\n",
+              double(shared_error), double(own_error));
+  EXPECT_LT(shared_error, 0.05f);
+  EXPECT_LT(shared_error, 2.0f * own_error);
+
+  hllm::ModelConfig plain = latent_config(0);  // the same widths with plain attention
+  plain.kv_lora_rank = plain.mla_nope_dim = plain.mla_v_dim = 0;
+  plain.rope.rot_dims = 0;
+  plain.head_dim = 0;
+  const hllm::Llama<> dense(plain, hllm::random_weights(plain, hllm::DType::f32, 1));
+  hllm::ForwardContext context(plain, dense.rope().rot_dims(), 4, 1, std::nullopt, false);
+  hllm::KVCache<float> shared(
+      static_cast<std::size_t>(plain.n_layers), static_cast<std::size_t>(plain.n_kv_heads),
+      static_cast<std::size_t>(plain.resolved_head_dim()), 8, hllm::KVValues::keys);
+  std::vector<float> logits(dense.vocab_size());
+  const std::int32_t token = 1;
+  EXPECT_THROW(dense.forward(context.compute(), std::span(&token, 1), 0, shared, context.scratch(),
+                             logits.data(), false),
+               hllm::Error);
 }
 
 // What latent attention does not combine with, or a cache shape other than its own, is named.

@@ -32,6 +32,12 @@ inline constexpr bool is_kv_element_v =
 // at the end, so the numbers of the others stay.
 enum class KVType { f32, f16, bf16, q8_0, q4_0, fp8 };
 
+// Whether a cache keeps a value row of its own per token, KV head and layer, or reads the value
+// from the key row of the same token: latent attention's cache (ModelConfig::kv_lora_rank),
+// whose value is the latent part of the key row, holds each row once, half the memory and half
+// the reads.
+enum class KVValues { separate, keys };
+
 // Every KVType, in the enum's order.
 inline constexpr KVType kKVTypes[] = {KVType::f32,  KVType::f16,  KVType::bf16,
                                       KVType::q8_0, KVType::q4_0, KVType::fp8};

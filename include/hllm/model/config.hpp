@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "hllm/core/error.hpp"
+#include "hllm/core/kv_element.hpp"
 #include "hllm/kernels/activation.hpp"
 #include "hllm/nn/expert_routing.hpp"
 #include "hllm/nn/norm.hpp"
@@ -119,6 +120,9 @@ struct ModelConfig {
   std::int64_t mla_v_dim = 0;     // each head's value width (128)
 
   bool mla() const { return kv_lora_rank > 0; }
+  // A cache for this model reads each value from its key row with latent attention (the value
+  // is the key row's latent part), else keeps value rows of its own.
+  KVValues kv_value_rows() const { return mla() ? KVValues::keys : KVValues::separate; }
   // Multi-head latent attention's per-head query width before absorption: [q_nope | q_pe].
   std::int64_t mla_q_head_dim() const { return mla_nope_dim + rope.rot_dims; }
   std::int64_t resolved_head_dim() const {

@@ -224,6 +224,9 @@ class LlamaBlock {
     const std::size_t head_dim = rope.head_dim();
     const std::size_t q_width = n_heads_() * head_dim, kv_width = n_kv_heads_() * head_dim;
     const std::size_t half_rot = rope.rot_dims() / 2;
+    if (chunk.value_rows() != KVValues::separate)
+      throw Error(ErrorKind::invalid_argument,
+                  "a KV cache whose values are its key rows serves latent attention only");
     const Compute::Product qkv[] = {
         {&weights_.wq, s.q.data()}, {&weights_.wk, s.k.data()}, {&weights_.wv, s.v.data()}};
     compute.matmul_fused(qkv, in, n_tokens);
@@ -262,10 +265,10 @@ class LlamaBlock {
   }
 
   // Multi-head latent attention (ModelConfig::kv_lora_rank), absorbed: the cache holds one row
-  // [RoPE(k_pe) | RMSNorm(latent)] per token (head_dim = rot + kv_lora, one KV head, the value
-  // row the same), head h's query is [RoPE(q_pe_h) | W_kb_h · q_nope_h], and its output
-  // W_vb_h · (the latent part of its attention output). in: [n_tokens][dim]; leaves Wo · heads
-  // in s.projected.
+  // [RoPE(k_pe) | RMSNorm(latent)] per token (head_dim = rot + kv_lora, one KV head; the value
+  // row is the same, read from the key row where the cache has KVValues::keys), head h's query is
+  // [RoPE(q_pe_h) | W_kb_h · q_nope_h], and its output W_vb_h · (the latent part of its attention
+  // output). in: [n_tokens][dim]; leaves Wo · heads in s.projected.
   template <class Chunk>
   void latent_attention(const Compute& compute, const float* in, std::size_t n_tokens,
                         const Rope& rope, const float* cos, const float* sin, Chunk& chunk,
@@ -298,6 +301,7 @@ class LlamaBlock {
                            s.mla_out.data() + h * n_tokens * latent};
     compute.matmul_each(s.mla_products, n_tokens);
     const KVRotation rotation = chunk.rotation();
+    const bool shared_rows = chunk.value_rows() == KVValues::keys;
     for (std::size_t t = 0; t < n_tokens; ++t) {
       float* q = s.q.data() + t * q_width;  // [heads][rot | latent]
       for (std::size_t h = 0; h < heads; ++h) {
@@ -311,19 +315,21 @@ class LlamaBlock {
                     matrix_view(k + rot, 1, latent), compute.kernels());
       rope.apply(q, heads, cos + t * half_rot, sin + t * half_rot, compute.kernels());
       rope.apply(k, 1, cos + t * half_rot, sin + t * half_rot, compute.kernels());
-      // The value row is the key row (its RoPE part comes out of attention unused), written
-      // over the token's projection row, read above.
-      float* v = kv_raw + t * head_dim;
-      std::copy_n(k, head_dim, v);
+      // The value row is the key row (its RoPE part comes out of attention unused); a cache with
+      // value rows of its own gets a copy, written over the token's projection row, read above.
+      float* v = shared_rows ? k : kv_raw + t * head_dim;
+      if (!shared_rows) std::copy_n(k, head_dim, v);
       if (rotation.active()) {
         hadamard_rotate(q, q_width, rotation.key_block);
         hadamard_rotate(k, head_dim, rotation.key_block);
-        hadamard_rotate(v, head_dim, rotation.value_block);
+        if (!shared_rows) hadamard_rotate(v, head_dim, rotation.value_block);
       }
       chunk.store(layer_, t, k, v);
     }
     attend_chunk(compute, chunk, n_tokens, s.q.data(), s.attn.data(), q_width);
-    if (rotation.active()) hadamard_rotate(s.attn.data(), n_tokens * q_width, rotation.value_block);
+    if (rotation.active())  // the output turned back as the value rows were turned
+      hadamard_rotate(s.attn.data(), n_tokens * q_width,
+                      shared_rows ? rotation.key_block : rotation.value_block);
     // Every head's W_vb_h · latent output, gathered per head, as one job; then Wo over the
     // heads' outputs [T][heads][v] (in s.q, free now).
     for (std::size_t h = 0; h < heads; ++h)

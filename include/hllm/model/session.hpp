@@ -74,7 +74,7 @@ class Session {
                static_cast<std::size_t>(model.config().n_layers),
                static_cast<std::size_t>(model.config().n_kv_heads),
                static_cast<std::size_t>(model.config().resolved_head_dim()),
-               resolved_context(options.context, model.config())),
+               resolved_context(options.context, model.config()), model.config().kv_value_rows()),
         logits_(model.vocab_size()),
         forward_(model.config(), model.rope().rot_dims(),
                  checked_forward_tokens(options.max_batch, "max_batch"), options.threads,

@@ -22,8 +22,8 @@ class AnyKVCache {
 
   // The same checks and errors as KVCache's constructor.
   AnyKVCache(KVType type, std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim,
-             std::size_t capacity)
-      : cache_(make(type, n_layers, n_kv_heads, head_dim, capacity)) {}
+             std::size_t capacity, KVValues values = KVValues::separate)
+      : cache_(make(type, n_layers, n_kv_heads, head_dim, capacity, values)) {}
 
   // f(KVCache<KV>&) for the element type this cache holds.
   template <class F>
@@ -57,6 +57,9 @@ class AnyKVCache {
   std::size_t bytes() const noexcept {
     return visit([](const auto& c) { return c.bytes(); });
   }
+  KVValues value_rows() const noexcept {
+    return visit([](const auto& c) { return c.value_rows(); });
+  }
 
   void truncate(std::size_t length) {
     visit([&](auto& c) { c.truncate(length); });
@@ -79,9 +82,10 @@ class AnyKVCache {
   using element_of = typename std::remove_cvref_t<Cache>::element_type;
 
   static Variant make(KVType type, std::size_t n_layers, std::size_t n_kv_heads,
-                      std::size_t head_dim, std::size_t capacity) {
+                      std::size_t head_dim, std::size_t capacity, KVValues values) {
     return with_kv_element(type, [&]<class KV>() {
-      return Variant(std::in_place_type<KVCache<KV>>, n_layers, n_kv_heads, head_dim, capacity);
+      return Variant(std::in_place_type<KVCache<KV>>, n_layers, n_kv_heads, head_dim, capacity,
+                     values);
     });
   }
 

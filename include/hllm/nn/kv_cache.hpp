@@ -1,9 +1,10 @@
 #pragma once
 // The key/value cache of one sequence: for every layer and KV head, `capacity` rows of head_dim
-// values, contiguous, so attention scans one head's keys with unit stride. The element type is
-// float, f16, bf16, BlockQ8_0, BlockQ4_0 or BlockFP8 (core/kv_element.hpp: a row of a block
-// type is head_dim / 32 blocks).
-// Storing at a position at or past the capacity is an hllm::Error, never a write out of bounds.
+// values, contiguous, so attention scans one head's keys with unit stride. With
+// KVValues::keys there are no value rows: values() returns the key rows (latent attention). The
+// element type is float, f16, bf16, BlockQ8_0, BlockQ4_0 or BlockFP8 (core/kv_element.hpp: a row of
+// a block type is head_dim / 32 blocks). Storing at a position at or past the capacity is an
+// hllm::Error, never a write out of bounds.
 
 #include <cstddef>
 #include <string>
@@ -23,8 +24,13 @@ class KVCache {
  public:
   using element_type = KV;
 
-  KVCache(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t capacity)
-      : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity) {
+  KVCache(std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim, std::size_t capacity,
+          KVValues values = KVValues::separate)
+      : n_layers_(n_layers),
+        n_kv_heads_(n_kv_heads),
+        head_dim_(head_dim),
+        capacity_(capacity),
+        value_rows_(values) {
     if (n_layers == 0 || n_kv_heads == 0 || head_dim == 0 || capacity == 0)
       throw Error(ErrorKind::invalid_argument,
                   "KV cache dimensions must be positive (layers " + std::to_string(n_layers) +
@@ -36,11 +42,12 @@ class KVCache {
                                 "KV cache of " + std::to_string(capacity) + " tokens: its size");
     try {
       keys_ = AlignedBuffer<KV>(elements);
-      values_ = AlignedBuffer<KV>(elements);
+      if (values == KVValues::separate) values_ = AlignedBuffer<KV>(elements);
     } catch (const Error& e) {
+      const std::size_t parts = values == KVValues::separate ? 2 : 1;
       throw Error(ErrorKind::capacity,
                   "KV cache of " + std::to_string(capacity) + " tokens needs " +
-                      std::to_string(2 * elements * sizeof(KV)) + " bytes: " + e.message());
+                      std::to_string(parts * elements * sizeof(KV)) + " bytes: " + e.message());
     }
   }
 
@@ -50,10 +57,11 @@ class KVCache {
   std::size_t capacity() const noexcept { return capacity_; }
   // Positions [0, length) hold committed tokens.
   std::size_t length() const noexcept { return length_; }
-  std::size_t bytes() const noexcept { return 2 * keys_.size() * sizeof(KV); }
+  std::size_t bytes() const noexcept { return (keys_.size() + values_.size()) * sizeof(KV); }
+  KVValues value_rows() const noexcept { return value_rows_; }
 
-  // Writes the keys and values of one token at `position` in `layer`.
-  // k, v: [n_kv_heads][head_dim]
+  // Writes the keys and values of one token at `position` in `layer` (v unread with
+  // KVValues::keys). k, v: [n_kv_heads][head_dim]
   void store(std::size_t layer, std::size_t position, const float* k, const float* v) {
     if (layer >= n_layers_)
       throw Error(ErrorKind::out_of_range, "KV cache layer " + std::to_string(layer) +
@@ -61,7 +69,8 @@ class KVCache {
     check_room(position, 1);
     for (std::size_t h = 0; h < n_kv_heads_; ++h) {
       store_kv_row(k + h * head_dim_, head_dim_, keys_.data() + offset(layer, h, position));
-      store_kv_row(v + h * head_dim_, head_dim_, values_.data() + offset(layer, h, position));
+      if (value_rows_ == KVValues::separate)
+        store_kv_row(v + h * head_dim_, head_dim_, values_.data() + offset(layer, h, position));
     }
   }
 
@@ -72,7 +81,8 @@ class KVCache {
   }
   const KV* values(std::size_t layer, std::size_t kv_head,
                    std::size_t position = 0) const noexcept {
-    return values_.data() + offset(layer, kv_head, position);
+    const KV* rows = value_rows_ == KVValues::separate ? values_.data() : keys_.data();
+    return rows + offset(layer, kv_head, position);
   }
 
   // Throws unless `count` more tokens fit after `position`.
@@ -105,9 +115,10 @@ class KVCache {
   }
 
   std::size_t n_layers_, n_kv_heads_, head_dim_, capacity_;
+  KVValues value_rows_;
   std::size_t length_ = 0;
   AlignedBuffer<KV> keys_;
-  AlignedBuffer<KV> values_;
+  AlignedBuffer<KV> values_;  // empty with KVValues::keys
 };
 
 // Compiled once per program, in hllm/implementation.hpp's translation unit: every session holds

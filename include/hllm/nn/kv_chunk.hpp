@@ -6,6 +6,7 @@
 //   position(t)       the position it takes in its sequence;
 //   store(layer, t, k, v)
 //                     writes its keys and values, k, v: [n_kv_heads][head_dim] (may throw);
+//   value_rows()      whether values have rows of their own or are the key rows (KVValues);
 //   attend(attention, layer, t, q, out, kernels, head_begin, head_end)
 //                     its attention over its own sequence's keys at positions <= position(t)
 //                     for query heads [head_begin, head_end), q, out: [n_heads][head_dim]
@@ -47,6 +48,7 @@ class ContiguousKVChunk {
     return n_tokens_ * start_ + n_tokens_ * (n_tokens_ + 1) / 2;
   }
   KVRotation rotation() const noexcept { return kv_rotation<KV>(cache_.head_dim()); }
+  KVValues value_rows() const noexcept { return cache_.value_rows(); }
 
  private:
   KVCache<KV>& cache_;
@@ -87,6 +89,7 @@ class PagedKVChunk {
     return keys;
   }
   KVRotation rotation() const noexcept { return kv_rotation<KV>(storage_.head_dim()); }
+  KVValues value_rows() const noexcept { return storage_.value_rows(); }
 
  private:
   PagedKVStorage<KV>& storage_;

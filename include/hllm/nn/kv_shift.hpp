@@ -78,9 +78,10 @@ bool shift_context(KVBlockTable& table, PagedKVStorage<KV>& storage, KVBlockAllo
         rope.apply(key.data(), 1, cos.data(), sin.data());
         if (rotation.active()) hadamard_rotate(key.data(), head_dim, rotation.key_block);
         store_kv_row(key.data(), head_dim, storage.row(to_block, to_slot, layer, 0, head));
-        std::memcpy(static_cast<void*>(storage.row(to_block, to_slot, layer, 1, head)),
-                    static_cast<const void*>(storage.row(from_block, from_slot, layer, 1, head)),
-                    row_elements * sizeof(KV));
+        if (storage.value_rows() == KVValues::separate)  // else the value is the key row
+          std::memcpy(static_cast<void*>(storage.row(to_block, to_slot, layer, 1, head)),
+                      static_cast<const void*>(storage.row(from_block, from_slot, layer, 1, head)),
+                      row_elements * sizeof(KV));
       }
   }
   table.truncate(allocator, length - n_discard);

@@ -5,7 +5,8 @@
 // (nn/kv_block_allocator.hpp, nn/kv_block_table.hpp); this file only stores rows, copies blocks
 // (copy-on-write) and sizes the pool from a memory budget.
 //
-// One block, [n_layers][2 (K, V)][n_kv_heads][block_tokens][row elements]: one head's
+// One block, [n_layers][2 (K, V)][n_kv_heads][block_tokens][row elements] (with KVValues::keys
+// [n_layers][1][...]: values are read from the key rows, latent attention's): one head's
 // block_tokens keys are contiguous rows (kv_row_elements<KV>(head_dim) elements each, see
 // core/kv_element.hpp), so attention reads a block's 16 keys of a head with unit stride, as it
 // reads KVCache's, and a whole block (a unit of sharing) is one contiguous range to copy. The
@@ -43,7 +44,8 @@ class PagedKVStorage {
   // Elements of one block, with the checks of the constructor: positive dimensions, head_dim a
   // multiple of 32 for Q8_0 (unsupported otherwise), and no overflow of the address space.
   static std::size_t block_elements(std::size_t block_tokens, std::size_t n_layers,
-                                    std::size_t n_kv_heads, std::size_t head_dim) {
+                                    std::size_t n_kv_heads, std::size_t head_dim,
+                                    KVValues values = KVValues::separate) {
     if (block_tokens == 0 || n_layers == 0 || n_kv_heads == 0 || head_dim == 0)
       throw Error(ErrorKind::invalid_argument,
                   "paged KV cache dimensions must be positive (block tokens " +
@@ -52,18 +54,19 @@ class PagedKVStorage {
                       std::to_string(head_dim) + ")");
     check_kv_head_dim<KV>(head_dim);
     return checked_kv_elements<KV>(
-        {n_layers, 2, n_kv_heads, block_tokens, kv_row_elements<KV>(head_dim)},
+        {n_layers, parts_of(values), n_kv_heads, block_tokens, kv_row_elements<KV>(head_dim)},
         "the size of a KV block");
   }
   static std::size_t block_bytes(std::size_t block_tokens, std::size_t n_layers,
-                                 std::size_t n_kv_heads, std::size_t head_dim) {
-    return block_elements(block_tokens, n_layers, n_kv_heads, head_dim) * sizeof(KV);
+                                 std::size_t n_kv_heads, std::size_t head_dim,
+                                 KVValues values = KVValues::separate) {
+    return block_elements(block_tokens, n_layers, n_kv_heads, head_dim, values) * sizeof(KV);
   }
   // Blocks a budget of `bytes` holds; Error(capacity) when it does not hold one.
   static std::size_t blocks_for_bytes(std::size_t bytes, std::size_t block_tokens,
                                       std::size_t n_layers, std::size_t n_kv_heads,
-                                      std::size_t head_dim) {
-    const std::size_t per_block = block_bytes(block_tokens, n_layers, n_kv_heads, head_dim);
+                                      std::size_t head_dim, KVValues values = KVValues::separate) {
+    const std::size_t per_block = block_bytes(block_tokens, n_layers, n_kv_heads, head_dim, values);
     const std::size_t blocks = std::min(bytes / per_block, KVBlockAllocator::kMaxBlocks);
     if (blocks == 0)
       throw Error(ErrorKind::capacity, "a KV cache budget of " + std::to_string(bytes) +
@@ -85,13 +88,14 @@ class PagedKVStorage {
   }
 
   PagedKVStorage(std::size_t n_blocks, std::size_t block_tokens, std::size_t n_layers,
-                 std::size_t n_kv_heads, std::size_t head_dim)
+                 std::size_t n_kv_heads, std::size_t head_dim, KVValues values = KVValues::separate)
       : n_blocks_(n_blocks),
         block_tokens_(block_tokens),
         n_layers_(n_layers),
         n_kv_heads_(n_kv_heads),
         head_dim_(head_dim),
-        block_elements_(block_elements(block_tokens, n_layers, n_kv_heads, head_dim)) {
+        value_rows_(values),
+        block_elements_(block_elements(block_tokens, n_layers, n_kv_heads, head_dim, values)) {
     if (n_blocks == 0 || n_blocks > KVBlockAllocator::kMaxBlocks)
       throw Error(ErrorKind::invalid_argument, "a paged KV cache needs from 1 to " +
                                                    std::to_string(KVBlockAllocator::kMaxBlocks) +
@@ -112,6 +116,7 @@ class PagedKVStorage {
   std::size_t n_layers() const noexcept { return n_layers_; }
   std::size_t n_kv_heads() const noexcept { return n_kv_heads_; }
   std::size_t head_dim() const noexcept { return head_dim_; }
+  KVValues value_rows() const noexcept { return value_rows_; }
   std::size_t block_bytes() const noexcept { return block_elements_ * sizeof(KV); }
   std::size_t bytes() const noexcept { return data_.size() * sizeof(KV); }
 
@@ -161,8 +166,8 @@ class PagedKVStorage {
                                               std::to_string(block_tokens_) + " tokens");
   }
 
-  // Writes the keys and values of one token, at `slot` of `block`, in `layer`.
-  // k, v: [n_kv_heads][head_dim]
+  // Writes the keys and values of one token, at `slot` of `block`, in `layer` (v unread with
+  // KVValues::keys). k, v: [n_kv_heads][head_dim]
   void store(BlockId block, std::size_t slot, std::size_t layer, const float* k, const float* v) {
     check_block(block, "store into");
     if (slot >= block_tokens_ || layer >= n_layers_)
@@ -173,7 +178,8 @@ class PagedKVStorage {
     const std::size_t row = slot * kv_row_elements<KV>(head_dim_);
     for (std::size_t h = 0; h < n_kv_heads_; ++h) {
       store_kv_row(k + h * head_dim_, head_dim_, data_.data() + offset(block, layer, 0, h) + row);
-      store_kv_row(v + h * head_dim_, head_dim_, data_.data() + offset(block, layer, 1, h) + row);
+      if (value_rows_ == KVValues::separate)
+        store_kv_row(v + h * head_dim_, head_dim_, data_.data() + offset(block, layer, 1, h) + row);
     }
   }
 
@@ -212,10 +218,15 @@ class PagedKVStorage {
   }
 
  private:
-  // Elements before (block, layer, K or V, kv_head)'s first row.
+  static std::size_t parts_of(KVValues values) noexcept {
+    return values == KVValues::separate ? 2 : 1;
+  }
+  // Elements before (block, layer, K or V, kv_head)'s first row (V's are K's with
+  // KVValues::keys).
   std::size_t offset(BlockId block, std::size_t layer, std::size_t kv,
                      std::size_t kv_head) const noexcept {
-    return std::size_t{block} * block_elements_ + ((layer * 2 + kv) * n_kv_heads_ + kv_head) *
+    const std::size_t parts = parts_of(value_rows_), part = parts == 2 ? kv : 0;
+    return std::size_t{block} * block_elements_ + ((layer * parts + part) * n_kv_heads_ + kv_head) *
                                                       block_tokens_ *
                                                       kv_row_elements<KV>(head_dim_);
   }
@@ -228,8 +239,11 @@ class PagedKVStorage {
   }
 
   std::size_t n_blocks_, block_tokens_, n_layers_, n_kv_heads_, head_dim_;
-  std::size_t block_elements_;  // n_layers × 2 × n_kv_heads × block_tokens × row elements
-  AlignedBuffer<KV> data_;      // [n_blocks][n_layers][2][n_kv_heads][block_tokens][row elements]
+  KVValues value_rows_;
+  std::size_t block_elements_;  // n_layers × parts × n_kv_heads × block_tokens × row elements
+  // [n_blocks][n_layers][parts: 2 (K, V), or 1 with KVValues::keys][n_kv_heads][block_tokens]
+  // [row elements]
+  AlignedBuffer<KV> data_;
 };
 
 // A PagedKVStorage whose element type is chosen at run time: one of the six instantiations in
@@ -243,25 +257,27 @@ class AnyPagedKVStorage {
 
   // The same checks and errors as PagedKVStorage's constructor.
   AnyPagedKVStorage(KVType type, std::size_t n_blocks, std::size_t block_tokens,
-                    std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim)
+                    std::size_t n_layers, std::size_t n_kv_heads, std::size_t head_dim,
+                    KVValues values = KVValues::separate)
       : storage_(with_kv_element(type, [&]<class KV>() {
           return Variant(std::in_place_type<PagedKVStorage<KV>>, n_blocks, block_tokens, n_layers,
-                         n_kv_heads, head_dim);
+                         n_kv_heads, head_dim, values);
         })) {}
 
   // PagedKVStorage<KV>::block_bytes and blocks_for_bytes for a type chosen at run time.
   static std::size_t block_bytes(KVType type, std::size_t block_tokens, std::size_t n_layers,
-                                 std::size_t n_kv_heads, std::size_t head_dim) {
+                                 std::size_t n_kv_heads, std::size_t head_dim,
+                                 KVValues values = KVValues::separate) {
     return with_kv_element(type, [&]<class KV>() {
-      return PagedKVStorage<KV>::block_bytes(block_tokens, n_layers, n_kv_heads, head_dim);
+      return PagedKVStorage<KV>::block_bytes(block_tokens, n_layers, n_kv_heads, head_dim, values);
     });
   }
   static std::size_t blocks_for_bytes(KVType type, std::size_t bytes, std::size_t block_tokens,
                                       std::size_t n_layers, std::size_t n_kv_heads,
-                                      std::size_t head_dim) {
+                                      std::size_t head_dim, KVValues values = KVValues::separate) {
     return with_kv_element(type, [&]<class KV>() {
       return PagedKVStorage<KV>::blocks_for_bytes(bytes, block_tokens, n_layers, n_kv_heads,
-                                                  head_dim);
+                                                  head_dim, values);
     });
   }
 
@@ -292,6 +308,9 @@ class AnyPagedKVStorage {
   }
   std::size_t head_dim() const noexcept {
     return visit([](const auto& s) { return s.head_dim(); });
+  }
+  KVValues value_rows() const noexcept {
+    return visit([](const auto& s) { return s.value_rows(); });
   }
   std::size_t block_bytes() const noexcept {
     return visit([](const auto& s) { return s.block_bytes(); });

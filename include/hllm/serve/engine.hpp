@@ -149,7 +149,8 @@ class Engine {
         storage_(options.kv_type, pool_blocks(options, model.config(), context_),
                  options.block_tokens, static_cast<std::size_t>(model.config().n_layers),
                  static_cast<std::size_t>(model.config().n_kv_heads),
-                 static_cast<std::size_t>(model.config().resolved_head_dim())),
+                 static_cast<std::size_t>(model.config().resolved_head_dim()),
+                 model.config().kv_value_rows()),
         allocator_(storage_.n_blocks(), options.block_tokens),
         runner_(model, {.max_tokens = options.max_step_tokens,
                         .threads = options.threads,
@@ -430,7 +431,7 @@ class Engine {
     const auto head_dim = static_cast<std::size_t>(c.resolved_head_dim());
     if (o.kv_bytes != 0)
       return AnyPagedKVStorage::blocks_for_bytes(o.kv_type, o.kv_bytes, o.block_tokens, layers,
-                                                 heads, head_dim);
+                                                 heads, head_dim, c.kv_value_rows());
     return PagedKVStorage<float>::blocks_for_tokens(o.kv_tokens ? o.kv_tokens : 4 * context,
                                                     o.block_tokens);
   }
