@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <random>
 #include <span>
@@ -19,12 +20,14 @@
 #include <vector>
 
 #include "common/synthetic.hpp"
+#include "hllm/generate/generate.hpp"
 #include "hllm/io/convert.hpp"
 #include "hllm/io/gguf_model.hpp"
 #include "hllm/model/forward_context.hpp"
 #include "hllm/model/llama.hpp"
 #include "hllm/model/repack.hpp"
 #include "hllm/model/session.hpp"
+#include "hllm/serve/engine.hpp"
 #include "model_logits.hpp"
 #include "test_util.hpp"
 
@@ -397,6 +400,49 @@ TEST(LatentAttentionConfig, ValuesReadFromKeyRowsEqualValuesOfTheirOwn) {
   EXPECT_THROW(dense.forward(context.compute(), std::span(&token, 1), 0, shared, context.scratch(),
                              logits.data(), false),
                hllm::Error);
+}
+
+// A paged pool (Engine) holds each latent row once too, 16-token blocks of 2 layers × 80 f16
+// values; its batches, chunked prefills and shared prefix blocks give every request the tokens
+// a lone Session gives it.
+TEST(LatentAttentionConfig, EngineRequestsGetTheirLoneSessionsTokens) {
+  const hllm::ModelConfig c = latent_config(64);
+  const hllm::Llama<> model(c, hllm::random_weights(c, hllm::DType::f32, 8));
+  hllm::Engine<> engine(model, {.kv_type = hllm::KVType::f16,
+                                .kv_tokens = 512,
+                                .max_step_tokens = 16,
+                                .max_sequences = 4,
+                                .threads = 2});
+  EXPECT_EQ(engine.stats().kv_block_bytes, 16u * 2u * 80u * sizeof(hllm::f16));
+  std::mt19937 rng(9);
+  const std::vector<std::int32_t> prefix = hllm::test::random_tokens(20, rng, 64);
+  std::vector<hllm::Request> requests;
+  for (std::size_t i = 0; i < 5; ++i) {
+    hllm::Request r;
+    r.prompt = prefix;
+    for (std::int32_t t : hllm::test::random_tokens(3 + i, rng, 64)) r.prompt.push_back(t);
+    r.sampler.temperature = 0.0f;
+    r.generate.max_tokens = 6;
+    requests.push_back(r);
+  }
+  std::vector<std::vector<std::int32_t>> done(requests.size());
+  std::map<hllm::RequestId, std::size_t> index;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    hllm::Request r = requests[i];
+    r.on_done = [&](const hllm::Completion& completion) {
+      done[index.at(completion.id)] = completion.tokens;
+    };
+    index[engine.submit(std::move(r))] = i;
+  }
+  engine.run_until_idle();
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(done[i].size(), 6u) << "request " << i;
+    hllm::Session<> session(model, {.threads = 1, .kv_type = hllm::KVType::f16});
+    hllm::Sampler sampler(requests[i].sampler);
+    EXPECT_EQ(done[i],
+              hllm::generate(session, requests[i].prompt, sampler, requests[i].generate).tokens)
+        << "request " << i;
+  }
 }
 
 // What latent attention does not combine with, or a cache shape other than its own, is named.
