@@ -283,6 +283,8 @@ INSTANTIATE_TEST_SUITE_P(
         Family{"olmoe", false, false, false, hllm::QkNorm::whole, {}, 4},
         Family{"olmo2", false, false, false, hllm::QkNorm::whole, hllm::BlockLayout::post_norm},
         Family{"command-r", false, true, false, {}, hllm::BlockLayout::parallel},
+        Family{"command-r-plus", false, true, false, hllm::QkNorm::each_head,
+               hllm::BlockLayout::parallel, 0, false, "command-r"},
         Family{"deepseek2", false, false, false, {}, {}, 4},
         Family{"deepseek3", false, false, false, {}, {}, 8, true, "deepseek2"},
         Family{"falcon", false, true, true, {}, hllm::BlockLayout::parallel}),
@@ -525,9 +527,11 @@ TEST(FamilyHf, Gemma3LayerTypesAndLocalRope) {
 }
 
 // Command-R: a file without logit_scale gets none (llama.cpp's default; config.json's default
-// is Cohere's 0.0625); Command R+'s per-head QK-norm is refused by tensor in files and by key in
-// config.json; the writer refuses a LayerNorm or a logit scale for families whose files cannot
-// say them, and RMSNorm for command-r.
+// is Cohere's 0.0625); a command-r file holding attn_q_norm is Command R+'s (each head's own
+// QK-norm), so one without attn_k_norm names it missing, and use_qk_norm says the same in
+// config.json; in a falcon file or another family's config.json they are refused; the writer
+// refuses a LayerNorm or a logit scale for families whose files cannot say them, and RMSNorm
+// for command-r.
 TEST(FamilyGguf, CommandRDefaultsAndRefusals) {
   const hllm::HfModel hf = hllm::load_hf_model(kFamilies + "command-r");
   hllm::test::TempDir tmp;
@@ -543,6 +547,16 @@ TEST(FamilyGguf, CommandRDefaultsAndRefusals) {
                    std::vector<std::byte>(64 * sizeof(float)));
     out.write(tmp / "qk_norm.gguf");
     const hllm::Error e = catch_error([&] { hllm::load_gguf_model(tmp / "qk_norm.gguf"); });
+    EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
+    EXPECT_EQ(e.field(), "blk.0.attn_k_norm.weight");
+  }
+  {
+    const hllm::HfModel falcon = hllm::load_hf_model(kFamilies + "falcon");
+    hllm::gguf::Writer out = hllm::gguf_model_writer(falcon.config, falcon.weights);
+    out.add_tensor("blk.0.attn_q_norm.weight", hllm::DType::f32, {16, 4},
+                   std::vector<std::byte>(64 * sizeof(float)));
+    out.write(tmp / "falcon_qk_norm.gguf");
+    const hllm::Error e = catch_error([&] { hllm::load_gguf_model(tmp / "falcon_qk_norm.gguf"); });
     EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
     EXPECT_EQ(e.field(), "blk.0.attn_q_norm.weight");
   }
@@ -551,7 +565,12 @@ TEST(FamilyGguf, CommandRDefaultsAndRefusals) {
   j.erase("logit_scale");
   EXPECT_EQ(hllm::hf_model_config(j, "config.json").logit_scale, 0.0625f);
   j["use_qk_norm"] = true;
-  EXPECT_EQ(catch_error([&] { hllm::hf_model_config(j, "config.json"); }).field(), "use_qk_norm");
+  EXPECT_EQ(hllm::hf_model_config(j, "config.json").qk_norm, hllm::QkNorm::each_head);
+  nlohmann::json qwen2_config = nlohmann::json::parse(
+      hllm::io::read_text_file(kFamilies + "qwen2/config.json", "config.json"));
+  qwen2_config["use_qk_norm"] = true;
+  EXPECT_EQ(catch_error([&] { hllm::hf_model_config(qwen2_config, "config.json"); }).field(),
+            "use_qk_norm");
 
   const auto refused = [](hllm::ModelConfig c, const hllm::ModelWeights& w) {
     return catch_error([&] { hllm::gguf_model_writer(c, w); }).kind() ==

@@ -38,6 +38,10 @@ Independent references
       CohereLayerNorm (mean-centred, weight only, layer_norm_eps); rotate_half on the pairs
       (2i, 2i + 1) (`x[..., ::2]`, `x[..., 1::2]`, cos/sin repeat_interleave'd); tied
       embeddings; `logits * self.logit_scale`;
+    - command-r-plus: the same file with use_qk_norm (Command R+): CohereAttention's
+      `self.q_norm = CohereLayerNorm(hidden_size=(self.num_heads, self.head_dim), ...)`, applied
+      to q and k viewed as [.., heads, head_dim] before apply_rotary_pos_emb: each head normed
+      over head_dim with its own weight row;
     - falcon: transformers' models/falcon/modeling_falcon.py (4.46.3), Falcon-7B's form
       (multi_query, parallel_attn, new_decoder_architecture False, bias False):
       FalconDecoderLayer's `mlp_output += attention_output; output = mlp_output + residual`,
@@ -116,10 +120,14 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
     dim, hd = cfg["hidden_size"], cfg["head_dim"]
     q, kv, ffn = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd, cfg["intermediate_size"]
     layout = cfg["layout"]
-    qk_norm_rows = {"head": (hd, hd), "whole": (q, kv)}.get(cfg["qk_norm"])
+    H, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    qk_norm_rows = {"head": ((hd,), (hd,)), "whole": ((q,), (kv,)),
+                    "each_head": ((H, hd), (KVH, hd))}.get(cfg["qk_norm"])
 
-    def norm_weight(n: int) -> torch.Tensor:
+    def norm_weight(n) -> torch.Tensor:
         # Gemma's checkpoints hold w for a norm that scales by 1 + w; 1 + w stays float32-exact.
+        if isinstance(n, tuple):  # one weight row per head (Command R+'s QK-norm): [heads, hd]
+            return torch.stack([norm_weight(n[1]) for _ in range(n[0])])
         return rng.norm_weight(n) - cfg["norm_offset"]  # [n]
 
     w = {"model.embed_tokens.weight": rng.normal(cfg["vocab_size"], dim)}  # [vocab, dim]
@@ -133,9 +141,11 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
             w[p + f"self_attn.{name}_proj.weight"] = rng.linear(rows, dim)  # [rows, dim]
             if cfg["qkv_bias"]:
                 w[p + f"self_attn.{name}_proj.bias"] = rng.normal(rows, std=0.1)  # [rows]
-        if qk_norm_rows:  # per head (Qwen3): [hd] each; whole projection (OLMoE): [q], [kv]
-            w[p + "self_attn.q_norm.weight"] = norm_weight(qk_norm_rows[0])
-            w[p + "self_attn.k_norm.weight"] = norm_weight(qk_norm_rows[1])
+        if qk_norm_rows:  # per head (Qwen3): [hd] each; whole projection (OLMoE): [q], [kv];
+            # each head its own (Command R+): [H, hd], [KVH, hd]
+            shape_q, shape_k = qk_norm_rows
+            w[p + "self_attn.q_norm.weight"] = norm_weight(shape_q if len(shape_q) > 1 else shape_q[0])
+            w[p + "self_attn.k_norm.weight"] = norm_weight(shape_k if len(shape_k) > 1 else shape_k[0])
         w[p + "self_attn.o_proj.weight"] = rng.linear(dim, q)  # [dim, q]
         # Sandwich norms (Gemma 2): post_attention_layernorm follows attention and
         # pre_feedforward_layernorm precedes the FFN; with post-norm (OLMo 2) the FFN has no
@@ -253,8 +263,8 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
             if cfg["qk_norm"] == "whole":  # OLMoE, OLMo 2: over the whole projection
                 y = norm(y, p + f"self_attn.{name}_norm.weight") if name != "v" else y
             y = y.reshape(T, heads, hd)  # [T, heads, hd]
-            if cfg["qk_norm"] == "head" and name != "v":  # Qwen3: per head, over head_dim
-                y = norm(y, p + f"self_attn.{name}_norm.weight")
+            if cfg["qk_norm"] in ("head", "each_head") and name != "v":  # per head, over head_dim
+                y = norm(y, p + f"self_attn.{name}_norm.weight")  # Command R+: [heads, hd] weights
             return y
 
         # Layer l is windowed when pattern is 0 (all layers) or l % pattern < pattern - 1
@@ -687,7 +697,8 @@ def hf_cohere_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> tor
     interleaved RoPE, logit_scale."""
     kwargs = common_hf_kwargs(cfg)
     del kwargs["rms_norm_eps"]
-    hf_cfg = CohereConfig(layer_norm_eps=cfg["rms_norm_eps"], logit_scale=cfg["logit_scale"], use_qk_norm=False,
+    hf_cfg = CohereConfig(layer_norm_eps=cfg["rms_norm_eps"], logit_scale=cfg["logit_scale"],
+                          use_qk_norm=cfg["qk_norm"] == "each_head",
                           pad_token_id=0, bos_token_id=1, eos_token_id=2, **kwargs)
     torch.manual_seed(0)
     model = CohereForCausalLM(hf_cfg).eval()
@@ -832,7 +843,8 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
     note = "textbook float64 only (class not in the pinned transformers)"
     hf_forward = {"qwen2": hf_qwen2_logits, "phi3": hf_phi3_logits, "gemma2": hf_gemma2_logits,
                   "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits, "olmoe": hf_olmoe_logits,
-                  "command-r": hf_cohere_logits, "falcon": hf_falcon_logits}
+                  "command-r": hf_cohere_logits, "command-r-plus": hf_cohere_logits,
+                  "falcon": hf_falcon_logits}
     hf_config = {"qwen3": qwen3_config, "qwen3moe": qwen3moe_config, "olmo2": olmo2_config,
                  "gemma3": gemma3_config, "deepseek2": deepseek2_config, "deepseek3": deepseek3_config}
     if name == "gemma3-mm":
@@ -889,6 +901,11 @@ def main(argv: list[str]) -> int:
     gen_family("command-r", 20, base_config(layout="parallel", norm="layer", rope="interleaved",
                                             tie_word_embeddings=True, logit_scale=0.25, rms_norm_eps=1e-5,
                                             rope_theta=8000000.0))
+    # Command R+: Command-R's blocks plus a LayerNorm of q and k per head, each head with its own
+    # weights (use_qk_norm; q_norm [heads, head_dim]), before RoPE; two KV heads.
+    gen_family("command-r-plus", 28, base_config(layout="parallel", norm="layer", rope="interleaved",
+                                                 qk_norm="each_head", tie_word_embeddings=True,
+                                                 logit_scale=0.25, rms_norm_eps=1e-5, rope_theta=8000000.0))
     # Falcon (7B's form): parallel blocks on a LayerNorm with bias, one KV head with q|k|v fused, a
     # plain MLP of 4·hidden_size (the width llama.cpp's converter writes) with the exact GELU,
     # tied embeddings.

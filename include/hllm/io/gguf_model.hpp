@@ -272,14 +272,17 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
                   name);
   c.qkv_bias = gguf_layers_have(f, arch.qkv_bias, "attn_q.bias");
   c.qk_norm = arch.qk_norm;
-  // command-r files of Command R+ carry a per-head LayerNorm of q and k (llama.cpp loads it for
-  // 64 layers and more); in other families' files the tensor is a stray one, refused as such.
+  // command-r files of Command R+ carry a LayerNorm of q and k per head, each head with its own
+  // weights (llama.cpp reads it in files of 64 layers and more, which all of Command R+'s are;
+  // here wherever a file holds it). In other LayerNorm families' files the tensor is a stray
+  // one, refused as such.
   if (arch.norm == NormKind::layer && arch.qk_norm == QkNorm::none &&
-      f.find_tensor("blk.0.attn_q_norm.weight") != nullptr)
-    throw Error(ErrorKind::unsupported,
-                "QK-norm in " + std::string(arch.gguf) +
-                    " files (Command R+'s per-head LayerNorm) is not supported",
-                f.path(), "blk.0.attn_q_norm.weight");
+      f.find_tensor("blk.0.attn_q_norm.weight") != nullptr) {
+    if (arch.optional_qk_norm == QkNorm::none)
+      throw Error(ErrorKind::unsupported, "QK-norm in " + std::string(arch.gguf) + " files",
+                  f.path(), "blk.0.attn_q_norm.weight");
+    c.qk_norm = arch.optional_qk_norm;
+  }
   if (arch.default_logit_scale > 0.0f)
     c.logit_scale = static_cast<float>(f.get_float_or(key("logit_scale"), 0.0));
 
@@ -381,8 +384,9 @@ inline WeightTensor gguf_weight(const gguf::File& f, const TensorSpec& spec,
   // GGUF dims are [cols, rows, 1, ...]: ne0 is the innermost (contiguous) dimension.
   std::uint64_t rows = 1;
   for (std::size_t d = 1; d < t->dims.size(); ++d) rows *= t->dims[d];
-  // (A vector may carry trailing dimensions of 1, as converters write [1, dim] Linear weights.)
-  if (spec.is_vector() && rows != 1)
+  // (A vector may carry trailing dimensions of 1, as converters write [1, dim] Linear weights;
+  // a vector per head, Command R+'s QK-norm, is 2-D.)
+  if (spec.is_vector() && spec.rows == 1 && rows != 1)
     throw Error(ErrorKind::format,
                 "a " + std::string(role_name(spec.role)) + " must be 1-D, the tensor has " +
                     std::to_string(t->dims.size()) + " dimensions",
@@ -517,7 +521,9 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
                     (arch->gguf_rope == RopeLayout::interleaved ? "interleaved" : "half-split") +
                     " RoPE layout; convert_model permutes the q/k weights");
   if ((arch->qkv_bias == Presence::always && !c.qkv_bias) ||
-      (arch->qkv_bias == Presence::never && c.qkv_bias) || arch->qk_norm != c.qk_norm)
+      (arch->qkv_bias == Presence::never && c.qkv_bias) ||
+      (c.qk_norm != arch->qk_norm &&
+       (arch->optional_qk_norm == QkNorm::none || c.qk_norm != arch->optional_qk_norm)))
     throw Error(ErrorKind::unsupported,
                 "GGUF " + c.architecture + " models cannot hold this config's biases or QK-norm");
   // The variants a family's files do not record: llama.cpp takes them from the architecture.

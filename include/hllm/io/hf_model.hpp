@@ -369,9 +369,6 @@ inline ModelConfig hf_model_config(const nlohmann::json& config_json, const std:
   // OLMo's clip_qkv clamps q, k and v to [-c, c] (llama.cpp's olmoe graph ignores it).
   if (r.has("clip_qkv"))
     r.fail(ErrorKind::unsupported, "clamping q, k and v (clip_qkv) is not supported", "clip_qkv");
-  // Cohere's use_qk_norm (Command R+): a LayerNorm per head with its own weights.
-  if (r.boolean_or("use_qk_norm", false))
-    r.fail(ErrorKind::unsupported, "QK-norm (use_qk_norm) is not supported", "use_qk_norm");
   if (r.boolean_or("mlp_bias", false))
     r.fail(ErrorKind::unsupported, "MLP biases are not supported", "mlp_bias");
   // Qwen2/Qwen3 carry a sliding_window that applies only when use_sliding_window is true (and
@@ -385,6 +382,12 @@ inline ModelConfig hf_model_config(const nlohmann::json& config_json, const std:
   c.architecture = arch->gguf;
   c.qkv_bias = arch->qkv_bias == Presence::always;
   c.qk_norm = arch->qk_norm;
+  // Cohere's use_qk_norm (Command R+): a LayerNorm per head with each head's own weights.
+  if (r.boolean_or("use_qk_norm", false)) {
+    if (arch->optional_qk_norm == QkNorm::none)
+      r.fail(ErrorKind::unsupported, "QK-norm (use_qk_norm) in this family", "use_qk_norm");
+    c.qk_norm = arch->optional_qk_norm;
+  }
   c.layout = arch->layout;
   c.ffn_activation = arch->activation;
   c.scale_embeddings = arch->scale_embeddings;
@@ -506,17 +509,18 @@ inline WeightTensor hf_weight(const safetensors::Checkpoint& ckpt, const std::st
                 ckpt.files().empty() ? std::string() : ckpt.files().front()->path(), hf_name);
   const safetensors::TensorInfo& t = *e->tensor;
   // Vectors are 1-D [n]; matrices 2-D [rows, cols] (PyTorch's [out_features, in_features]).
-  // (A vector may also be [1, n]: Qwen2-MoE's shared_expert_gate is a Linear(dim, 1).)
+  // (A vector may also be [1, n]: Qwen2-MoE's shared_expert_gate is a Linear(dim, 1); vectors
+  // per head, Command R+'s QK-norm, are [heads, n].)
+  const bool single_vector = spec.is_vector() && spec.rows == 1;
   const bool shape_ok =
-      spec.is_vector()
-          ? ((t.shape.size() == 1 && t.shape[0] == spec.cols) ||
-             (t.shape.size() == 2 && t.shape[0] == 1 && t.shape[1] == spec.cols))
-          : (t.shape.size() == 2 && t.shape[0] == spec.rows && t.shape[1] == spec.cols);
+      single_vector ? ((t.shape.size() == 1 && t.shape[0] == spec.cols) ||
+                       (t.shape.size() == 2 && t.shape[0] == 1 && t.shape[1] == spec.cols))
+                    : (t.shape.size() == 2 && t.shape[0] == spec.rows && t.shape[1] == spec.cols);
   if (!shape_ok) {
     std::string shape;
     for (std::size_t d = 0; d < t.shape.size(); ++d)
       shape += (d ? ", " : "") + std::to_string(t.shape[d]);
-    const std::string want = spec.is_vector()
+    const std::string want = single_vector
                                  ? std::to_string(spec.cols)
                                  : std::to_string(spec.rows) + ", " + std::to_string(spec.cols);
     throw Error(ErrorKind::format,

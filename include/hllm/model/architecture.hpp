@@ -32,8 +32,11 @@ struct Architecture {
   RopeLayout hf_rope = RopeLayout::neox;
   Presence qkv_bias = Presence::never;  // biases on the q, k and v projections
   QkNorm qk_norm = QkNorm::none;        // RMSNorm of q and k before RoPE
-  bool fused_projections = false;       // files hold q|k|v and gate|up as one matrix each
-  bool gguf_sliding_window = true;      // attention.sliding_window of its GGUF files is honoured
+  // The QK-norm a file may add: GGUF files holding attn_q_norm, config.json saying use_qk_norm
+  // (Command R+'s, in command-r files).
+  QkNorm optional_qk_norm = QkNorm::none;
+  bool fused_projections = false;   // files hold q|k|v and gate|up as one matrix each
+  bool gguf_sliding_window = true;  // attention.sliding_window of its GGUF files is honoured
   BlockLayout layout = BlockLayout::pre_norm;
   // LayerNorm families read the epsilon from attention.layer_norm_epsilon (GGUF) and
   // layer_norm_eps (config.json) rather than the RMS keys.
@@ -128,7 +131,8 @@ struct Architecture {
 // pattern (OLMo 3's) is refused by the reader. command-r: parallel blocks (attention and FFN
 // both read one LayerNorm of the residual, without bias), interleaved RoPE rows in Hugging
 // Face's Cohere checkpoints as in GGUF (llama.cpp's converter permutes nothing), tied
-// embeddings, logits scaled by logit_scale (llama.cpp's command-r graph). falcon (Falcon-7B's
+// embeddings, logits scaled by logit_scale (llama.cpp's command-r graph), and in Command R+'s
+// files a LayerNorm of q and k per head with each head's own weights. falcon (Falcon-7B's
 // form): parallel blocks on one LayerNorm with a bias, q|k|v fused with one KV head, a plain MLP
 // with PyTorch's exact GELU (llama.cpp's falcon graph has GELU's tanh approximation, a small
 // difference: docs/formats.md; hllm follows the Hugging Face model), Hugging Face's names
@@ -192,6 +196,7 @@ inline constexpr Architecture kArchitectures[] = {
      .hf = {"CohereForCausalLM", nullptr},
      .gguf_rope = RopeLayout::interleaved,
      .hf_rope = RopeLayout::interleaved,
+     .optional_qk_norm = QkNorm::each_head,
      .layout = BlockLayout::parallel,
      .norm = NormKind::layer,
      .default_logit_scale = 0.0625f,

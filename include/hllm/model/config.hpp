@@ -26,11 +26,14 @@ enum class BlockLayout : std::uint8_t {
   parallel,   // out = x + Attn(N(x)) + FFN(N(x)), one norm (Command-R, Falcon)
 };
 
-// RMSNorm of the queries and keys before RoPE.
+// The model's norm (ModelConfig::norm) of the queries and keys before RoPE.
 enum class QkNorm : std::uint8_t {
   none,
   per_head,  // over each head's head_dim values, one weight [head_dim] shared by the heads (Qwen3)
   whole,     // over all of q ([q_dim] weight) and all of k ([kv_dim]) (OLMoE, OLMo 2)
+  // Over each head's head_dim values, each head with its own weight: [n_heads][head_dim] for q,
+  // [n_kv_heads][head_dim] for k (Command R+'s LayerNorm).
+  each_head,
 };
 
 inline const char* block_layout_name(BlockLayout l) noexcept {
@@ -246,12 +249,15 @@ struct ModelConfig {
     if (norm_bias && norm != NormKind::layer)
       throw Error(ErrorKind::invalid_argument, "model config: an RMSNorm has no bias", {},
                   "norm_bias");
-    // LayerNorm families norm the sublayers' inputs only, and never q and k.
-    if (norm == NormKind::layer && (qk_norm != QkNorm::none || (layout != BlockLayout::pre_norm &&
-                                                                layout != BlockLayout::parallel)))
+    // LayerNorm families norm the sublayers' inputs only, and q and k only per head with each
+    // head's own weights (Command R+).
+    if (norm == NormKind::layer &&
+        ((qk_norm != QkNorm::none && qk_norm != QkNorm::each_head) ||
+         (layout != BlockLayout::pre_norm && layout != BlockLayout::parallel)))
       throw Error(ErrorKind::invalid_argument,
-                  "model config: LayerNorm with QK-norm or norms on the sublayers' outputs", {},
-                  "norm");
+                  "model config: LayerNorm with a QK-norm shared by heads or norms on the "
+                  "sublayers' outputs",
+                  {}, "norm");
     // The gated FFN's kernels are SiLU·up and the tanh GeGLU; a plain MLP's is the exact GELU.
     if (gated_ffn == (ffn_activation == GateActivation::gelu))
       throw Error(ErrorKind::invalid_argument,

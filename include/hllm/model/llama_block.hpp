@@ -241,7 +241,10 @@ class LlamaBlock {
         add_into(k, weights_.bk.as<float>(), kv_width);
         add_into(v, weights_.bv.as<float>(), kv_width);
       }
-      if (qk_norm_ != QkNorm::none) {  // one norm per head, or one over the whole projection
+      if (qk_norm_ == QkNorm::each_head) {  // every head with its own weight row
+        normalize_heads_in_place(compute, q, n_heads_(), head_dim, weights_.q_norm);
+        normalize_heads_in_place(compute, k, n_kv_heads_(), head_dim, weights_.k_norm);
+      } else if (qk_norm_ != QkNorm::none) {  // one norm per head, or one over the projection
         const std::size_t q_rows = qk_norm_ == QkNorm::whole ? 1 : n_heads_();
         const std::size_t k_rows = qk_norm_ == QkNorm::whole ? 1 : n_kv_heads_();
         normalize_in_place(compute, q, q_rows, q_width / q_rows, weights_.q_norm);
@@ -356,6 +359,15 @@ class LlamaBlock {
                           const WeightTensor& weight) const {
     norm_.forward(matrix_view<const float>(y, rows, cols), weight, WeightTensor{},
                   matrix_view(y, rows, cols), compute.kernels());
+  }
+
+  // y: [heads][head_dim], head h normed with row h of `weight` ([heads][head_dim]) in place.
+  void normalize_heads_in_place(const Compute& compute, float* y, std::size_t heads,
+                                std::size_t head_dim, const WeightTensor& weight) const {
+    for (std::size_t h = 0; h < heads; ++h)
+      norm_.forward(matrix_view<const float>(y + h * head_dim, 1, head_dim),
+                    weight.as<float>() + h * head_dim, nullptr,
+                    matrix_view(y + h * head_dim, 1, head_dim), compute.kernels());
   }
 
   LayerWeights weights_;

@@ -38,9 +38,10 @@ struct LayerWeights {
   WeightTensor bq;              // [1][n_heads*head_dim], f32; empty unless config.qkv_bias
   WeightTensor bk;              // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
   WeightTensor bv;              // [1][n_kv_heads*head_dim], f32; empty unless config.qkv_bias
-  WeightTensor q_norm;          // [1][head_dim] (QkNorm::per_head) or [1][q_dim] (whole), f32
-  WeightTensor k_norm;          // [1][head_dim] or [1][kv_dim], f32; empty without QK-norm
-  WeightTensor wo;              // [dim][n_heads*head_dim]; [dim][n_heads*mla_v_dim] with MLA
+  // [1][head_dim] (QkNorm::per_head), [1][q_dim] (whole) or [n_heads][head_dim] (each_head), f32
+  WeightTensor q_norm;
+  WeightTensor k_norm;  // as q_norm with n_kv_heads, kv_dim; both empty without QK-norm
+  WeightTensor wo;      // [dim][n_heads*head_dim]; [dim][n_heads*mla_v_dim] with MLA
   // Multi-head latent attention (config.mla()) in place of wk, wv and, with q_lora_rank, wq
   // (without it wq is [n_heads*q_head][dim]); q_head = mla_nope_dim + rot_dims, each head's
   // rows [q_nope | q_pe]:
@@ -131,7 +132,7 @@ struct TensorSpec {
   // Its GGUF dims, fastest first: a vector 1-D [cols] as llama.cpp writes them, a matrix
   // [cols, rows], a stacked one [cols, rows / stacked, stacked].
   std::vector<std::uint64_t> gguf_dims() const {
-    if (is_vector()) return {cols};
+    if (is_vector() && rows == 1) return {cols};
     if (stacked > 0) return {cols, rows / stacked, stacked};
     return {cols, rows};
   }
@@ -261,11 +262,13 @@ inline void add_attention_tensors(const ModelConfig& c, std::vector<LayerTensor>
                  [](L& l, std::size_t) -> WeightTensor& { return l.bv; }});
   }
   if (c.qk_norm != QkNorm::none) {
-    const bool whole = c.qk_norm == QkNorm::whole;
-    t.push_back({"attn_q_norm.weight", "self_attn.q_norm.weight", R::norm, 1, whole ? q : head,
+    const bool whole = c.qk_norm == QkNorm::whole, each = c.qk_norm == QkNorm::each_head;
+    const std::size_t q_rows = each ? static_cast<std::size_t>(c.n_heads) : 1;
+    const std::size_t k_rows = each ? static_cast<std::size_t>(c.n_kv_heads) : 1;
+    t.push_back({"attn_q_norm.weight", "self_attn.q_norm.weight", R::norm, q_rows, whole ? q : head,
                  [](L& l, std::size_t) -> WeightTensor& { return l.q_norm; }});
-    t.push_back({"attn_k_norm.weight", "self_attn.k_norm.weight", R::norm, 1, whole ? kv : head,
-                 [](L& l, std::size_t) -> WeightTensor& { return l.k_norm; }});
+    t.push_back({"attn_k_norm.weight", "self_attn.k_norm.weight", R::norm, k_rows,
+                 whole ? kv : head, [](L& l, std::size_t) -> WeightTensor& { return l.k_norm; }});
   }
   t.push_back({"attn_output.weight", "self_attn.o_proj.weight", R::matrix, dim, q,
                [](L& l, std::size_t) -> WeightTensor& { return l.wo; }});
