@@ -350,7 +350,7 @@ TEST_P(KernelIsa, AttentionMatchesReference) {
 }
 
 // Query heads sharing a KV head, attended together (the tiled kernel for group sizes 1, 2, 4,
-// 8 and 16 and head_dim a multiple of 16 up to 576; one head at a time otherwise), against the
+// 8 and 16 and head_dim a multiple of 16; one head at a time otherwise), against the
 // reference one head at a time: same bound as above. Key counts around the 16-key tile; latent
 // attention's 16 heads over rows of 576 too.
 template <class KV>
@@ -384,7 +384,8 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
   for (std::size_t n_keys : {1u, 17u, 100u}) {  // DeepSeek's latent rows: 16 heads, 512 + 64
     check_grouped_attention<hllm::f16>(GetParam(), 16, n_keys, 576);
     check_grouped_attention<hllm::BlockQ8_0>(GetParam(), 16, n_keys, 576);
-    check_grouped_attention<float>(GetParam(), 16, n_keys, 592);  // past the tiled kernel's rows
+    check_grouped_attention<float>(GetParam(), 16, n_keys, 592);  // past latent attention's rows
+    check_grouped_attention<hllm::f16>(GetParam(), 8, n_keys, 1040);  // any multiple of 16
   }
 }
 

@@ -221,16 +221,15 @@ inline void accumulate_values(float* out, std::size_t head_dim, std::size_t d,
 }
 
 // G query heads that share one KV head (GQA, or latent attention's 16), against the same n_keys
-// keys and values, 16 keys a tile: each key row is read once for up to 8 heads and each query
-// row once for 16 / 8 keys, so the scores are FMAs of full vectors with one lane sum per (key,
-// head) at the end, and no transposes. A tile's scores sit in memory as [key][head], which
-// puts head g in the lanes congruent to g modulo G, so the softmax's maxima, exponentials and
-// rescale factors run on whole vectors for every head at once. The value pass keeps G
-// accumulators per 16 dimensions in registers. Same online softmax as attend_head; a head's
-// arithmetic does not depend on G (sums over keys run in key order), so splitting a group
-// changes no bit. q: [G][head_dim], keys, values: n_keys rows, out: [G][head_dim];
-// head_dim % 16 == 0 and at most kMaxTiledHeadDim (latent attention's 576).
-inline constexpr std::size_t kMaxTiledHeadDim = 576;
+// keys and values, 16 keys a tile: each key row is read once for up to H = min(G, 8) heads and
+// each query row once for 16 / H keys, so the scores are FMAs of full vectors with one lane sum
+// per (key, head) at the end, and no transposes. A tile's scores sit in memory as [key][head],
+// which puts head g in the lanes congruent to g modulo G, so the softmax's maxima,
+// exponentials and rescale factors run on whole vectors for every head at once. The value pass
+// keeps H accumulators per 16 dimensions in registers. Same online softmax as attend_head; a
+// head's arithmetic does not depend on G (sums over keys run in key order), so splitting a
+// group changes no bit. q: [G][head_dim], keys, values: n_keys rows, out: [G][head_dim];
+// head_dim % 16 == 0 (any width: nothing is staged per row).
 template <std::size_t G, class Rows>
 inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& values,
                                std::size_t n_keys, std::size_t head_dim, AttentionScoring scoring,
@@ -315,7 +314,7 @@ inline void attend_group(const float* q, const Rows& keys, const Rows& values, s
                          std::size_t head_dim, std::size_t group, AttentionScoring scoring,
                          float* out) {
 #if HLLM_ISA_LEVEL == 2
-  if (head_dim % 16 == 0 && head_dim <= kMaxTiledHeadDim && attention_group_tiled(group)) {
+  if (head_dim % 16 == 0 && attention_group_tiled(group)) {
     switch (group) {
       case 1: return attend_group_tiles<1>(q, keys, values, n_keys, head_dim, scoring, out);
       case 2: return attend_group_tiles<2>(q, keys, values, n_keys, head_dim, scoring, out);
