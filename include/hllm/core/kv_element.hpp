@@ -37,6 +37,10 @@ enum class KVType { f32, f16, bf16, q8_0, q4_0, fp8 };
 // whose value is the latent part of the key row, holds each row once, half the memory and half
 // the reads.
 enum class KVValues { separate, keys };
+// Rows a cache holds per token, KV head and layer: key and value, or the key alone.
+constexpr std::size_t kv_row_parts(KVValues values) noexcept {
+  return values == KVValues::separate ? 2 : 1;
+}
 
 // Every KVType, in the enum's order.
 inline constexpr KVType kKVTypes[] = {KVType::f32,  KVType::f16,  KVType::bf16,

@@ -521,9 +521,7 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
                     (arch->gguf_rope == RopeLayout::interleaved ? "interleaved" : "half-split") +
                     " RoPE layout; convert_model permutes the q/k weights");
   if ((arch->qkv_bias == Presence::always && !c.qkv_bias) ||
-      (arch->qkv_bias == Presence::never && c.qkv_bias) ||
-      (c.qk_norm != arch->qk_norm &&
-       (arch->optional_qk_norm == QkNorm::none || c.qk_norm != arch->optional_qk_norm)))
+      (arch->qkv_bias == Presence::never && c.qkv_bias) || !arch->holds_qk_norm(c.qk_norm))
     throw Error(ErrorKind::unsupported,
                 "GGUF " + c.architecture + " models cannot hold this config's biases or QK-norm");
   // The variants a family's files do not record: llama.cpp takes them from the architecture.

@@ -262,29 +262,27 @@ inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& val
           _mm512_mask_storeu_ps(scores + (j0 + 1) * G + g0 - 8, 0xFF00, dots);
         }
       }
-    // Softmax over the tile, [key][head] vectors: flat entry f is key f / G, head f % G.
+    // Softmax over the tile, [key][head] vectors: flat entry f is key f / G, head f % G, valid
+    // below count · G.
     __m512 tile_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     __m512 scaled[G];
+    __mmask16 valid[G];
     _Pragma("GCC unroll 16") for (std::size_t v = 0; v < G; ++v) {
       __m512 x = _mm512_mul_ps(_mm512_load_ps(scores + 16 * v), _mm512_set1_ps(scoring.scale));
       if (scoring.capped()) x = soft_capped(x, _mm512_set1_ps(scoring.softcap));
-      const std::size_t valid =
-          count * G > 16 * v ? std::min<std::size_t>(16, count * G - 16 * v) : 0;
-      scaled[v] = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()),
-                                     VecF32::mask(valid), x);
+      valid[v] =
+          VecF32::mask(count * G > 16 * v ? std::min<std::size_t>(16, count * G - 16 * v) : 0);
+      scaled[v] =
+          _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid[v], x);
       tile_max = _mm512_max_ps(tile_max, scaled[v]);
     }
     const __m512 new_max = _mm512_max_ps(running_max, max_congruent_lanes<G>(tile_max));
     const __m512 rescale = VecF32::exp(_mm512_sub_ps(running_max, new_max));
     _mm512_store_ps(correction, rescale);
     running_max = new_max;
-    _Pragma("GCC unroll 16") for (std::size_t v = 0; v < G; ++v) {
-      const std::size_t valid =
-          count * G > 16 * v ? std::min<std::size_t>(16, count * G - 16 * v) : 0;
-      _mm512_store_ps(
-          scores + 16 * v,
-          _mm512_maskz_mov_ps(VecF32::mask(valid), VecF32::exp(_mm512_sub_ps(scaled[v], new_max))));
-    }
+    _Pragma("GCC unroll 16") for (std::size_t v = 0; v < G; ++v) _mm512_store_ps(
+        scores + 16 * v,
+        _mm512_maskz_mov_ps(valid[v], VecF32::exp(_mm512_sub_ps(scaled[v], new_max))));
     // Each head's tile sum in key order (lanes g < G), then the running sums rescaled.
     __m512 tile_sum = _mm512_setzero_ps();
     for (std::size_t j = 0; j < count; ++j)

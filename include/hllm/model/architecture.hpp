@@ -35,6 +35,10 @@ struct Architecture {
   // The QK-norm a file may add: GGUF files holding attn_q_norm, config.json saying use_qk_norm
   // (Command R+'s, in command-r files).
   QkNorm optional_qk_norm = QkNorm::none;
+  // Whether the family's files can hold a model with this QK-norm.
+  constexpr bool holds_qk_norm(QkNorm n) const noexcept {
+    return n == qk_norm || (optional_qk_norm != QkNorm::none && n == optional_qk_norm);
+  }
   bool fused_projections = false;   // files hold q|k|v and gate|up as one matrix each
   bool gguf_sliding_window = true;  // attention.sliding_window of its GGUF files is honoured
   BlockLayout layout = BlockLayout::pre_norm;

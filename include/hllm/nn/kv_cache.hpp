@@ -44,10 +44,10 @@ class KVCache {
       keys_ = AlignedBuffer<KV>(elements);
       if (values == KVValues::separate) values_ = AlignedBuffer<KV>(elements);
     } catch (const Error& e) {
-      const std::size_t parts = values == KVValues::separate ? 2 : 1;
       throw Error(ErrorKind::capacity,
                   "KV cache of " + std::to_string(capacity) + " tokens needs " +
-                      std::to_string(parts * elements * sizeof(KV)) + " bytes: " + e.message());
+                      std::to_string(kv_row_parts(values) * elements * sizeof(KV)) +
+                      " bytes: " + e.message());
     }
   }
 

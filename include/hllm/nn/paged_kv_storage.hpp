@@ -54,7 +54,7 @@ class PagedKVStorage {
                       std::to_string(head_dim) + ")");
     check_kv_head_dim<KV>(head_dim);
     return checked_kv_elements<KV>(
-        {n_layers, parts_of(values), n_kv_heads, block_tokens, kv_row_elements<KV>(head_dim)},
+        {n_layers, kv_row_parts(values), n_kv_heads, block_tokens, kv_row_elements<KV>(head_dim)},
         "the size of a KV block");
   }
   static std::size_t block_bytes(std::size_t block_tokens, std::size_t n_layers,
@@ -218,14 +218,11 @@ class PagedKVStorage {
   }
 
  private:
-  static std::size_t parts_of(KVValues values) noexcept {
-    return values == KVValues::separate ? 2 : 1;
-  }
   // Elements before (block, layer, K or V, kv_head)'s first row (V's are K's with
   // KVValues::keys).
   std::size_t offset(BlockId block, std::size_t layer, std::size_t kv,
                      std::size_t kv_head) const noexcept {
-    const std::size_t parts = parts_of(value_rows_), part = parts == 2 ? kv : 0;
+    const std::size_t parts = kv_row_parts(value_rows_), part = parts == 2 ? kv : 0;
     return std::size_t{block} * block_elements_ + ((layer * parts + part) * n_kv_heads_ + kv_head) *
                                                       block_tokens_ *
                                                       kv_row_elements<KV>(head_dim_);
