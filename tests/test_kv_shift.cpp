@@ -208,6 +208,34 @@ TEST(ContextShift, RowsMoveAndKeysRotateBack) {
   table.release_all(allocator);
 }
 
+// A pool whose values are its key rows (latent attention's, KVValues::keys) shifts its keys as
+// a pool with value rows of their own does, bit for bit: the value move must not copy the old
+// row back over the key just rotated.
+TEST(ContextShift, KeyRowsReadAsValuesRotateOnce) {
+  const hllm::Llama<>& model = one_layer_model();
+  const std::size_t length = 70, n_keep = 3, n_discard = 33;
+  std::vector<std::vector<float>> keys;  // per pool: every kept position's key rows
+  for (hllm::KVValues values : {hllm::KVValues::separate, hllm::KVValues::keys}) {
+    hllm::PagedKVStorage<float> storage(16, hllm::kDefaultBlockTokens, 2, 2, 32, values);
+    KVBlockAllocator allocator(16, hllm::kDefaultBlockTokens);
+    KVBlockTable table;
+    const auto copy = [&](hllm::BlockId from, hllm::BlockId to) { storage.copy_block(from, to); };
+    ASSERT_TRUE(table.prepare_append(allocator, length, copy));
+    fill_rows(table, storage, length);
+    ASSERT_TRUE(hllm::shift_context(table, storage, allocator, model.rope(), n_keep, n_discard));
+    std::vector<float> rows;
+    for (std::size_t p = 0; p < table.length(); ++p)
+      for (std::size_t layer = 0; layer < 2; ++layer)
+        for (std::size_t h = 0; h < 2; ++h) {
+          const float* r = storage.row(table.block_for(p), table.slot_of(p), layer, 0, h);
+          rows.insert(rows.end(), r, r + 32);
+        }
+    keys.push_back(rows);
+    table.release_all(allocator);
+  }
+  EXPECT_EQ(keys[1], keys[0]);
+}
+
 // A sibling (fork) and the prefix cache keep their rows: the shift copies the shared blocks it
 // rewrites. With no block left for the copy, it returns false and no row has moved.
 TEST(ContextShift, SharedBlocksAreCopiedNotRewritten) {
