@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -90,9 +91,12 @@ void expect_family(const hllm::ModelConfig& c, const Family& f) {
   const bool falcon = f.arch() == "falcon";
   EXPECT_EQ(c.norm_bias, falcon);
   EXPECT_EQ(c.gated_ffn, !falcon);
+  // Falcon-40B's form: two KV heads, two input norms per block.
+  const bool falcon_40b = std::string(f.name) == "falcon-40b";
+  EXPECT_EQ(c.parallel_ffn_norm, falcon_40b);
   if (falcon) {
     EXPECT_EQ(c.ffn_activation, hllm::GateActivation::gelu);
-    EXPECT_EQ(c.n_kv_heads, 1);
+    EXPECT_EQ(c.n_kv_heads, falcon_40b ? 2 : 1);
   }
   const bool v3 = std::string(f.name) == "deepseek3";
   EXPECT_EQ(c.expert_gating, v3 ? hllm::ExpertGating::sigmoid : hllm::ExpertGating::softmax);
@@ -203,6 +207,8 @@ TEST_P(FamilyCheckpoint, GgufConversionLogitsMatchTheReference) {
   EXPECT_EQ(file.has(f.arch() + ".attention.layer_norm_epsilon"), f.parallel());
   EXPECT_EQ(file.has(f.arch() + ".logit_scale"), f.arch() == "command-r");
   EXPECT_EQ(file.find_tensor("blk.1.attn_norm.bias") != nullptr, f.arch() == "falcon");
+  EXPECT_EQ(file.find_tensor("blk.1.attn_norm_2.bias") != nullptr,
+            std::string(f.name) == "falcon-40b");
   EXPECT_EQ(file.find_tensor("output_norm.bias") != nullptr, f.arch() == "falcon");
   EXPECT_EQ(file.find_tensor("blk.1.ffn_up.weight") != nullptr, f.experts == 0);
   EXPECT_EQ(file.find_tensor("blk.1.exp_probs_b.bias") != nullptr,
@@ -287,7 +293,9 @@ INSTANTIATE_TEST_SUITE_P(
                hllm::BlockLayout::parallel, 0, false, "command-r"},
         Family{"deepseek2", false, false, false, {}, {}, 4},
         Family{"deepseek3", false, false, false, {}, {}, 8, true, "deepseek2"},
-        Family{"falcon", false, true, true, {}, hllm::BlockLayout::parallel}),
+        Family{"falcon", false, true, true, {}, hllm::BlockLayout::parallel},
+        Family{
+            "falcon-40b", false, true, true, {}, hllm::BlockLayout::parallel, 0, false, "falcon"}),
     [](const auto& p) {  // test names take no '-': command_r
       std::string name = p.param.name;
       std::replace(name.begin(), name.end(), '-', '_');
@@ -587,9 +595,9 @@ TEST(FamilyGguf, CommandRDefaultsAndRefusals) {
   EXPECT_TRUE(refused(scaled, qwen2.weights));
 }
 
-// Falcon: what FalconForCausalLM reads beyond Falcon-7B's form is refused by its key (ALiBi,
-// Falcon-40B's decoder, per-head q|k|v, sequential blocks, biases, another activation), and
-// in files by Falcon-40B's second norm; its LayerNorm's bias is required like any tensor.
+// Falcon: what FalconForCausalLM reads beyond Falcon-7B's and Falcon-40B's forms is refused by
+// its key (ALiBi, per-head q|k|v, sequential blocks, biases, another activation, two input
+// norms outside the new decoder, other counts of them).
 TEST(FamilyHf, FalconFlagsBeyondSevenBAreRefusedByName) {
   const auto config = [] {
     return nlohmann::json::parse(
@@ -598,7 +606,8 @@ TEST(FamilyHf, FalconFlagsBeyondSevenBAreRefusedByName) {
   const hllm::ModelConfig c = hllm::hf_model_config(config(), "config.json");
   EXPECT_EQ(c.ffn_dim, 256);
   for (const auto& [key, value] : {std::pair<const char*, nlohmann::json>{"alibi", true},
-                                   {"new_decoder_architecture", true},
+                                   {"num_ln_in_parallel_attn", 2},
+                                   {"num_ln_in_parallel_attn", 3},
                                    {"multi_query", false},
                                    {"parallel_attn", false},
                                    {"bias", true},
@@ -618,24 +627,93 @@ TEST(FamilyHf, FalconFlagsBeyondSevenBAreRefusedByName) {
   EXPECT_EQ(d.context_length, 2048);
 }
 
-TEST(FamilyGguf, FalconSecondNormIsRefusedAndItsBiasRequired) {
-  const hllm::HfModel hf = hllm::load_hf_model(kFamilies + "falcon");
+// Falcon-40B's config.json (new_decoder_architecture): num_kv_heads groups, multi_query
+// ignored, two input norms unless num_ln_in_parallel_attn says one (Falcon2-11B), and
+// parallel_attn false refused (FalconDecoderLayer builds such a layer without the norms its
+// forward reads).
+TEST(FamilyHf, FalconNewDecoderConfig) {
+  const auto config = [] {
+    return nlohmann::json::parse(
+        hllm::io::read_text_file(kFamilies + "falcon-40b/config.json", "config.json"));
+  };
+  const hllm::ModelConfig c = hllm::hf_model_config(config(), "config.json");
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_TRUE(c.parallel_ffn_norm);
+  nlohmann::json one_norm = config();
+  one_norm["num_ln_in_parallel_attn"] = 1;
+  one_norm["multi_query"] = true;
+  const hllm::ModelConfig d = hllm::hf_model_config(one_norm, "config.json");
+  EXPECT_FALSE(d.parallel_ffn_norm);
+  EXPECT_EQ(d.n_kv_heads, 2);
+  nlohmann::json defaults = config();  // null: two norms; no num_kv_heads: one per head
+  defaults["num_ln_in_parallel_attn"] = nullptr;
+  defaults.erase("num_kv_heads");
+  const hllm::ModelConfig e = hllm::hf_model_config(defaults, "config.json");
+  EXPECT_TRUE(e.parallel_ffn_norm);
+  EXPECT_EQ(e.n_kv_heads, e.n_heads);
+  nlohmann::json sequential = config();
+  sequential["parallel_attn"] = false;
+  EXPECT_EQ(catch_error([&] { hllm::hf_model_config(sequential, "config.json"); }).field(),
+            "parallel_attn");
+}
+
+// Falcon-40B's q|k|v rows, grouped per KV head in the checkpoint, are read regrouped as
+// q | k | v (as llama.cpp's converter writes them): each part equals the checkpoint rows
+// FalconAttention._split_heads gives it.
+TEST(FamilyHf, FalconGroupedQkvIsReadRegrouped) {
+  const hllm::HfModel hf = hllm::load_hf_model(kFamilies + "falcon-40b");
+  const auto checkpoint = hllm::safetensors::Checkpoint::open(kFamilies + "falcon-40b");
+  const auto* fused = checkpoint.find("transformer.h.1.self_attention.query_key_value.weight");
+  ASSERT_NE(fused, nullptr);
+  const std::byte* file = fused->tensor->data;  // [2][2 + 2][16][64] f32
+  const hllm::LayerWeights& l = hf.weights.layers[1];
+  constexpr std::size_t head_bytes = 16 * 64 * sizeof(float);
+  // (kv head g, slot in its group: 2 queries, k, v) -> the checkpoint's rows of that head
+  const auto rows = [&](std::size_t g, std::size_t slot) {
+    return file + (g * 4 + slot) * head_bytes;
+  };
+  const auto head = [&](const hllm::WeightTensor& w, std::size_t h) {
+    return static_cast<const std::byte*>(w.data) + h * head_bytes;
+  };
+  for (std::size_t g = 0; g < 2; ++g) {
+    for (std::size_t j = 0; j < 2; ++j)  // query head 2g + j
+      EXPECT_EQ(std::memcmp(head(l.wq, 2 * g + j), rows(g, j), head_bytes), 0);
+    EXPECT_EQ(std::memcmp(head(l.wk, g), rows(g, 2), head_bytes), 0);
+    EXPECT_EQ(std::memcmp(head(l.wv, g), rows(g, 3), head_bytes), 0);
+  }
+  EXPECT_EQ(l.wq.type, hllm::DType::f32);
+}
+
+// In files: Falcon-40B's second norm in another family's file is refused by name; a falcon
+// file's LayerNorm biases are required like any tensor, the second norm's too.
+TEST(FamilyGguf, FalconSecondNormElsewhereIsRefusedAndItsBiasRequired) {
   hllm::test::TempDir tmp;
   {
-    hllm::gguf::Writer out = hllm::gguf_model_writer(hf.config, hf.weights);
+    const hllm::HfModel command_r = hllm::load_hf_model(kFamilies + "command-r");
+    hllm::gguf::Writer out = hllm::gguf_model_writer(command_r.config, command_r.weights);
     out.add_tensor("blk.0.attn_norm_2.weight", hllm::DType::f32, {64},
                    std::vector<std::byte>(64 * sizeof(float)));
     out.write(tmp / "norm2.gguf");
     const hllm::Error e = catch_error([&] { hllm::load_gguf_model(tmp / "norm2.gguf"); });
     EXPECT_EQ(e.kind(), hllm::ErrorKind::unsupported);
     EXPECT_EQ(e.field(), "blk.0.attn_norm_2.weight");
+    hllm::ModelConfig two_norms = command_r.config;
+    two_norms.parallel_ffn_norm = true;
+    hllm::gguf::Writer metadata;
+    EXPECT_EQ(catch_error([&] { hllm::set_gguf_model_metadata(metadata, two_norms); }).kind(),
+              hllm::ErrorKind::unsupported);
   }
-  hllm::gguf::Writer out = hllm::gguf_model_writer(hf.config, hf.weights);
-  EXPECT_TRUE(out.remove_tensor("blk.1.attn_norm.bias"));
-  out.write(tmp / "no_bias.gguf");
-  const hllm::Error e = catch_error([&] { hllm::load_gguf_model(tmp / "no_bias.gguf"); });
-  EXPECT_EQ(e.kind(), hllm::ErrorKind::format);
-  EXPECT_EQ(e.field(), "blk.1.attn_norm.bias");
+  for (const char* family : {"falcon", "falcon-40b"}) {
+    const hllm::HfModel hf = hllm::load_hf_model(kFamilies + family);
+    for (const char* bias : {"blk.1.attn_norm.bias", "blk.1.attn_norm_2.bias"}) {
+      hllm::gguf::Writer out = hllm::gguf_model_writer(hf.config, hf.weights);
+      if (!out.remove_tensor(bias)) continue;  // (Falcon-7B's files have no attn_norm_2)
+      out.write(tmp / "no_bias.gguf");
+      const hllm::Error e = catch_error([&] { hllm::load_gguf_model(tmp / "no_bias.gguf"); });
+      EXPECT_EQ(e.kind(), hllm::ErrorKind::format) << family;
+      EXPECT_EQ(e.field(), bias) << family;
+    }
+  }
 }
 
 // Which layers a window applies to: all (pattern 0), every layer but the last of each group of

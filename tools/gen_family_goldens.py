@@ -48,6 +48,12 @@ Independent references
       both sublayers reading input_layernorm, an nn.LayerNorm with weight and bias; one KV head;
       q|k|v fused in query_key_value ([q heads | k | v] rows, `_split_heads`); FalconMLP's
       dense_4h_to_h(GELU()(dense_h_to_4h(x))), PyTorch's exact (erf) GELU; half-split RoPE.
+    - falcon-40b: the same file in Falcon-40B's form (new_decoder_architecture,
+      num_ln_in_parallel_attn 2): FalconDecoderLayer's `attention_layernorm_out =
+      self.ln_attn(hidden_states)`, `mlp_layernorm_out = self.ln_mlp(hidden_states)`, both of
+      the block's input; query_key_value grouped per KV head as FalconAttention._split_heads
+      views it (`fused_qkv.view(batch, seq_len, -1, self.num_heads // self.num_kv_heads + 2,
+      self.head_dim)`: the group's query heads, then its key and its value).
     - gemma3: transformers' models/gemma3/modeling_gemma3.py (added in 4.50): Gemma 2's
       Gemma3DecoderLayer (sandwich norms, Gemma3RMSNorm's `x * (1.0 + self.weight.float())`),
       Gemma3Attention's `self.q_norm(query_states)` / `self.k_norm(key_states)` (per head,
@@ -150,9 +156,12 @@ def random_checkpoint(rng: g.Rng, cfg: dict) -> dict:
         # Sandwich norms (Gemma 2): post_attention_layernorm follows attention and
         # pre_feedforward_layernorm precedes the FFN; with post-norm (OLMo 2) the FFN has no
         # input norm; with pre-norm post_attention_layernorm is the FFN's norm; a parallel
-        # block (Command-R) has only input_layernorm.
-        if layout != "parallel":
+        # block (Command-R) has only input_layernorm, unless its FFN reads a norm of its own
+        # (Falcon-40B's ln_mlp, named post_attention_layernorm here).
+        if layout != "parallel" or cfg["parallel_ffn_norm"]:
             w[p + "post_attention_layernorm.weight"] = norm_weight(dim)  # [dim]
+            if cfg["norm_bias"]:
+                w[p + "post_attention_layernorm.bias"] = rng.normal(dim, std=0.1)  # [dim]
         if layout == "sandwich":
             w[p + "pre_feedforward_layernorm.weight"] = norm_weight(dim)  # [dim]
         if cfg["n_experts"]:
@@ -255,6 +264,8 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         n = h if layout == "post" else norm(h, p + "input_layernorm.weight")  # [T, dim]
+        if cfg["parallel_ffn_norm"]:  # Falcon-40B: the FFN's own norm of the block's input
+            n_ffn = norm(h, p + "post_attention_layernorm.weight")  # [T, dim]
 
         def project(name: str, heads: int) -> torch.Tensor:
             y = n @ w[p + f"self_attn.{name}_proj.weight"].T  # [T, heads*hd]
@@ -283,9 +294,9 @@ def decoder_logits(w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
         elif layout == "post":
             h = h + norm(a, p + "post_attention_layernorm.weight")
             m = h  # [T, dim]
-        elif layout == "parallel":  # the FFN reads the attention's input norm
+        elif layout == "parallel":  # the FFN reads the attention's input norm, or its own
             h = h + a
-            m = n  # [T, dim]
+            m = n_ffn if cfg["parallel_ffn_norm"] else n  # [T, dim]
         else:
             h = h + a
             m = norm(h, p + "post_attention_layernorm.weight")  # [T, dim]
@@ -511,7 +522,7 @@ def base_config(**kw) -> dict:
                sliding_pattern=0, norm_offset=0.0, n_experts=0, n_experts_used=0, expert_ffn=0,
                shared_ffn=0, norm_topk=False, mixtral_names=False, norm="rms", rope="neox",
                logit_scale=0.0, norm_bias=False, gated=True, rope_linear_factor=1.0,
-               rope_local_theta=None)
+               rope_local_theta=None, parallel_ffn_norm=False)
     cfg.update(kw)
     return cfg
 
@@ -713,28 +724,38 @@ def hf_cohere_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> tor
 
 
 def hf_falcon_logits(out: Path, w: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
-    """FalconForCausalLM (eager, float64) on these weights, Falcon-7B's form, the tensors under
-    Falcon's names with q|k|v fused."""
+    """FalconForCausalLM (eager, float64) on these weights, the tensors under Falcon's names with
+    q|k|v fused: Falcon-7B's form ([q heads | k | v], one KV head), or the new decoder's
+    (Falcon-40B: per KV group its query heads, its k and its v; ln_attn and ln_mlp)."""
+    new_decoder = cfg["parallel_ffn_norm"]
     hf_cfg = FalconConfig(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
                           num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=cfg["num_attention_heads"],
                           num_kv_heads=cfg["num_key_value_heads"], layer_norm_epsilon=cfg["rms_norm_eps"],
-                          multi_query=True, parallel_attn=True, new_decoder_architecture=False, alibi=False,
+                          multi_query=not new_decoder, parallel_attn=True, new_decoder_architecture=new_decoder,
+                          num_ln_in_parallel_attn=2 if new_decoder else None, alibi=False,
                           bias=False, max_position_embeddings=cfg["max_position_embeddings"],
                           rope_theta=cfg["rope_theta"], ffn_hidden_size=cfg["intermediate_size"], activation="gelu",
                           tie_word_embeddings=cfg["tie_word_embeddings"], bos_token_id=1, eos_token_id=2,
                           attn_implementation="eager", torch_dtype="float32")
-    assert cfg["num_key_value_heads"] == 1 and cfg["tie_word_embeddings"]
+    assert (cfg["num_key_value_heads"] == 1 or new_decoder) and cfg["tie_word_embeddings"]
     renames = {"model.embed_tokens.": "transformer.word_embeddings.", "model.norm.": "transformer.ln_f.",
                "self_attn.o_proj.": "self_attention.dense.", "mlp.up_proj.": "mlp.dense_h_to_4h.",
                "mlp.down_proj.": "mlp.dense_4h_to_h.", "model.layers.": "transformer.h."}
+    if new_decoder:
+        renames.update({"input_layernorm.": "ln_attn.", "post_attention_layernorm.": "ln_mlp."})
+    hd, kvh = cfg["head_dim"], cfg["num_key_value_heads"]
+    group = cfg["num_attention_heads"] // kvh
     falcon = {}
     for name, value in w.items():
         if name.endswith(("k_proj.weight", "v_proj.weight")):
             continue
         if name.endswith("q_proj.weight"):
             p = name[:-len("q_proj.weight")]  # model.layers.N.self_attn.
-            value = torch.cat([w[p + "q_proj.weight"], w[p + "k_proj.weight"], w[p + "v_proj.weight"]])
-            name = p.replace("self_attn.", "self_attention.") + "query_key_value.weight"  # [q+2kv, dim]
+            q, k, v = w[p + "q_proj.weight"], w[p + "k_proj.weight"], w[p + "v_proj.weight"]
+            # Per KV group g: its query heads, its key head, its value head (one group: q|k|v).
+            value = torch.cat([torch.cat([q[g * group * hd:(g + 1) * group * hd], k[g * hd:(g + 1) * hd],
+                                          v[g * hd:(g + 1) * hd]]) for g in range(kvh)])  # [q+2kv, dim]
+            name = p.replace("self_attn.", "self_attention.") + "query_key_value.weight"
         for ours, theirs in renames.items():
             name = name.replace(ours, theirs)
         falcon[name] = value
@@ -844,7 +865,7 @@ def gen_family(name: str, seed: int, cfg: dict) -> None:
     hf_forward = {"qwen2": hf_qwen2_logits, "phi3": hf_phi3_logits, "gemma2": hf_gemma2_logits,
                   "mixtral": hf_mixtral_logits, "qwen2moe": hf_qwen2moe_logits, "olmoe": hf_olmoe_logits,
                   "command-r": hf_cohere_logits, "command-r-plus": hf_cohere_logits,
-                  "falcon": hf_falcon_logits}
+                  "falcon": hf_falcon_logits, "falcon-40b": hf_falcon_logits}
     hf_config = {"qwen3": qwen3_config, "qwen3moe": qwen3moe_config, "olmo2": olmo2_config,
                  "gemma3": gemma3_config, "deepseek2": deepseek2_config, "deepseek3": deepseek3_config}
     if name == "gemma3-mm":
@@ -912,6 +933,13 @@ def main(argv: list[str]) -> int:
     gen_family("falcon", 21, base_config(layout="parallel", norm="layer", norm_bias=True, gated=False,
                                          num_key_value_heads=1, intermediate_size=256,
                                          tie_word_embeddings=True, rms_norm_eps=1e-5, rope_theta=10000.0))
+    # Falcon-40B's form (new_decoder_architecture): Falcon-7B's blocks with two KV heads, q|k|v
+    # fused per KV group, and two input norms per block (ln_attn for attention, ln_mlp for the
+    # MLP), each a LayerNorm with bias.
+    gen_family("falcon-40b", 29, base_config(layout="parallel", norm="layer", norm_bias=True, gated=False,
+                                             parallel_ffn_norm=True, num_attention_heads=4, num_key_value_heads=2,
+                                             intermediate_size=256, tie_word_embeddings=True, rms_norm_eps=1e-5,
+                                             rope_theta=10000.0))
     # Gemma 3 (the text model, Gemma3ForCausalLM): Gemma 2's sandwich norms, GeGLU and scaled
     # embedding, Qwen3's per-head QK-norm (scaling by 1 + w, as every Gemma norm), a window (8)
     # on five layers of six with their own RoPE base (10000, unscaled) while the sixth rotates

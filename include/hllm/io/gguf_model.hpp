@@ -220,10 +220,16 @@ inline ModelConfig gguf_model_config(const gguf::File& f) {
   c.norm = arch.norm;
   c.norm_bias = arch.norm_bias;
   c.gated_ffn = arch.gated_ffn;
-  if (f.find_tensor("blk.0.attn_norm_2.weight") != nullptr)  // llama.cpp's falcon graph has it
-    throw Error(ErrorKind::unsupported,
-                "a second norm per parallel block (Falcon-40B's attn_norm_2) is not supported",
-                f.path(), "blk.0.attn_norm_2.weight");
+  // Falcon-40B's files hold the attention's input norm as attn_norm_2 beside the FFN's
+  // attn_norm (llama.cpp's falcon graph takes the second norm where a layer has it; every layer
+  // of a file has it or none, as its converter writes them); other families' files never do.
+  if (f.find_tensor("blk.0.attn_norm_2.weight") != nullptr) {
+    if (!arch.optional_parallel_ffn_norm)
+      throw Error(ErrorKind::unsupported,
+                  "a second input norm per block in " + std::string(arch.gguf) + " files", f.path(),
+                  "blk.0.attn_norm_2.weight");
+    c.parallel_ffn_norm = true;
+  }
   c.rms_eps = static_cast<float>(f.get_float(key(gguf_norm_eps_key(arch.norm))));
   if (!arch.latent_attention && f.has(key("attention.key_length"))) {  // (deepseek2: below)
     c.head_dim = f.get_int(key("attention.key_length"));
@@ -529,6 +535,8 @@ inline void set_gguf_model_metadata(gguf::Writer& out, const ModelConfig& c) {
     throw Error(ErrorKind::unsupported, "GGUF " + c.architecture + " models cannot hold " + what);
   };
   if (c.layout != arch->layout) refuse(std::string(block_layout_name(c.layout)) + " blocks");
+  if (c.parallel_ffn_norm && !arch->optional_parallel_ffn_norm)
+    refuse("a second input norm per parallel block");
   if (c.norm != arch->norm || c.norm_bias != arch->norm_bias)
     refuse(std::string(norm_kind_name(c.norm)) + (c.norm_bias ? " norms with" : " norms without") +
            " bias");

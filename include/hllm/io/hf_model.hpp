@@ -162,22 +162,34 @@ inline void hf_rope_scaling(const nlohmann::json& s, const HfConfigReader& r, Mo
 
 namespace detail {
 
-// FalconConfig's switches, as FalconForCausalLM reads them (models/falcon/modeling_falcon.py):
-// the Falcon-7B form loads (rotary, parallel attention on one LayerNorm, fused q|k|v with one
-// KV head, no biases on the projections); the others are refused by key.
+// FalconConfig's switches, as FalconForCausalLM reads them (models/falcon/modeling_falcon.py,
+// 4.46.3): rotary, parallel attention and MLP, no biases on the projections, q|k|v fused in one
+// of two forms. Falcon-7B's (multi_query): one KV head, rows [q heads | k | v]. The new decoder's
+// (new_decoder_architecture: Falcon-40B, Falcon2-11B): num_kv_heads groups, each its query
+// heads, its k and its v (read regrouped: load_hf_model), and two input norms, ln_attn and
+// ln_mlp, unless num_ln_in_parallel_attn is 1 (FalconDecoderLayer makes it 2 where null). The
+// others are refused by key, as are combinations FalconDecoderLayer builds but cannot run (the
+// new decoder without parallel_attn, two norms without the new decoder).
 inline void hf_falcon_flags(const HfConfigReader& r, ModelConfig& c) {
   const auto refuse_if = [&](const char* key, bool fallback, bool refused, const char* what) {
     if (r.boolean_or(key, fallback) == refused)
       r.fail(ErrorKind::unsupported, std::string(what) + " is not supported", key);
   };
   refuse_if("alibi", false, true, "ALiBi (Falcon-RW)");
-  refuse_if("new_decoder_architecture", false, true,
-            "Falcon-40B's decoder (grouped q|k|v, two norms per block)");
-  refuse_if("multi_query", true, false, "q|k|v interleaved per head (multi_query false)");
   refuse_if("parallel_attn", true, false, "sequential attention and MLP (parallel_attn false)");
   refuse_if("bias", false, true, "projection biases");
   refuse_if("apply_residual_connection_post_layernorm", false, true,
             "a residual from the normed input");
+  const bool new_decoder = r.boolean_or("new_decoder_architecture", false);
+  const std::int64_t input_norms = r.integer_or("num_ln_in_parallel_attn", new_decoder ? 2 : 1);
+  if (input_norms != 1 && (input_norms != 2 || !new_decoder))
+    r.fail(ErrorKind::unsupported,
+           std::to_string(input_norms) + " input norms per block" +
+               (new_decoder ? "" : " outside the new decoder (new_decoder_architecture false)"),
+           "num_ln_in_parallel_attn");
+  c.parallel_ffn_norm = input_norms == 2;
+  if (new_decoder) return;  // n_kv_heads is num_kv_heads (default: num_attention_heads)
+  refuse_if("multi_query", true, false, "q|k|v interleaved per head (multi_query false)");
   c.n_kv_heads = 1;  // multi_query
 }
 
@@ -606,6 +618,44 @@ inline void check_no_unused_layer_tensors(const safetensors::Checkpoint& ckpt,
 
 }  // namespace detail
 
+namespace detail {
+
+// Falcon's new decoder (Falcon-40B) fuses q|k|v by KV group: [n_kv][group + 2][head_dim] rows,
+// each group's query heads, then its key head and its value head (FalconAttention._split_heads).
+// The checkpoint row of row `row` in the q | k | v order the model (and llama.cpp's converter,
+// which regroups the same way) holds. With one group (Falcon-7B's multi-query) the two agree.
+inline std::size_t falcon_grouped_qkv_row(const ModelConfig& c, std::size_t row) {
+  const auto head_dim = static_cast<std::size_t>(c.resolved_head_dim());
+  const auto heads = static_cast<std::size_t>(c.n_heads);
+  const auto kv = static_cast<std::size_t>(c.n_kv_heads);
+  const std::size_t group = heads / kv, head = row / head_dim;
+  std::size_t kv_head = head / group, slot = head % group;  // a query head
+  if (head >= heads + kv) {
+    kv_head = head - heads - kv, slot = group + 1;  // a value head
+  } else if (head >= heads) {
+    kv_head = head - heads, slot = group;  // a key head
+  }
+  return (kv_head * (group + 2) + slot) * head_dim + row % head_dim;
+}
+
+// Rows [first, first + count) of the q | k | v order out of Falcon's grouped `whole` ([q + 2·kv]
+// [dim], the checkpoint's type), copied into a buffer of their own: the parts' rows are not
+// contiguous in the checkpoint, so unlike Falcon-7B's they cannot be views of it.
+inline WeightTensor falcon_grouped_qkv_part(const ModelConfig& c, const WeightTensor& whole,
+                                            std::size_t first, std::size_t count,
+                                            const std::string& name, HfStorage& storage) {
+  const std::size_t row_bytes = whole.bytes() / whole.rows;
+  AlignedBuffer<std::byte> buf(count * row_bytes);  // [count][dim], the checkpoint's type
+  const auto* rows = static_cast<const std::byte*>(whole.data);
+  for (std::size_t r = 0; r < count; ++r)
+    std::memcpy(buf.data() + r * row_bytes, rows + falcon_grouped_qkv_row(c, first + r) * row_bytes,
+                row_bytes);
+  storage.owned.push_back(std::move(buf));
+  return WeightTensor{whole.type, storage.owned.back().data(), count, whole.cols, name};
+}
+
+}  // namespace detail
+
 // Builds a model from a config and an opened checkpoint, whose names `layout` qualifies (a
 // multimodal checkpoint's prefix, prediction layers left unread).
 inline HfModel load_hf_model(const ModelConfig& config,
@@ -628,12 +678,17 @@ inline HfModel load_hf_model(const ModelConfig& config,
   const float norm_offset = arch->hf_norm_offset;
   m.weights = assemble_weights(config, [&](const TensorSpec& spec) {
     if (const std::optional<FusedPart> part = fused_part(config, spec);
-        part && part->hf != nullptr) {  // Phi-3's qkv_proj
+        part && part->hf != nullptr) {  // Phi-3's qkv_proj, Falcon's query_key_value
       const std::string layer = spec.name.substr(4, spec.name.find('.', 4) - 4);
       std::string name = layout.prefix + arch->hf_layers + layer + "." + arch->hf_tensor(part->hf);
-      const TensorSpec whole{part->gguf, part->file_rows, spec.cols, spec.role};
-      WeightTensor w = detail::hf_weight(*checkpoint, name, whole, *storage, options, 0.0f)
-                           .row_range(part->first_row, spec.rows, spec.name);
+      const TensorSpec whole_spec{part->gguf, part->file_rows, spec.cols, spec.role};
+      const WeightTensor whole =
+          detail::hf_weight(*checkpoint, name, whole_spec, *storage, options, 0.0f);
+      const bool grouped = arch->hf_falcon_flags && config.n_kv_heads > 1 &&
+                           part->hf == std::string_view("self_attn.qkv_proj.weight");
+      WeightTensor w = grouped ? detail::falcon_grouped_qkv_part(config, whole, part->first_row,
+                                                                 spec.rows, spec.name, *storage)
+                               : whole.row_range(part->first_row, spec.rows, spec.name);
       used.insert(std::move(name));
       return w;
     }

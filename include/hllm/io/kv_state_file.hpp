@@ -128,6 +128,7 @@ inline std::uint64_t model_fingerprint(const ModelConfig& c) {
     for (const std::int64_t v :
          {static_cast<std::int64_t>(c.norm), std::int64_t{c.norm_bias}, std::int64_t{c.gated_ffn}})
       add(static_cast<std::uint64_t>(v));
+  if (c.parallel_ffn_norm) add(std::uint64_t{1});  // Falcon-40B's second input norm
   return h.digest();
 }
 

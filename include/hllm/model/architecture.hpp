@@ -46,7 +46,10 @@ struct Architecture {
   // layer_norm_eps (config.json) rather than the RMS keys.
   NormKind norm = NormKind::rms;
   bool norm_bias = false;  // its LayerNorms add a bias (Falcon)
-  bool gated_ffn = true;   // false: a plain MLP with the exact GELU (Falcon)
+  // Its parallel blocks may hold a second input norm, the FFN's (Falcon-40B's: GGUF files
+  // holding attn_norm_2, config.json's new_decoder_architecture): ModelConfig::parallel_ffn_norm.
+  bool optional_parallel_ffn_norm = false;
+  bool gated_ffn = true;  // false: a plain MLP with the exact GELU (Falcon)
   // > 0: the family scales its logits by the files' logit_scale, this when a config.json has
   // none (Cohere's class default; GGUF files without the key get none, as in llama.cpp).
   float default_logit_scale = 0.0f;
@@ -136,8 +139,10 @@ struct Architecture {
 // both read one LayerNorm of the residual, without bias), interleaved RoPE rows in Hugging
 // Face's Cohere checkpoints as in GGUF (llama.cpp's converter permutes nothing), tied
 // embeddings, logits scaled by logit_scale (llama.cpp's command-r graph), and in Command R+'s
-// files a LayerNorm of q and k per head with each head's own weights. falcon (Falcon-7B's
-// form): parallel blocks on one LayerNorm with a bias, q|k|v fused with one KV head, a plain MLP
+// files a LayerNorm of q and k per head with each head's own weights. falcon: parallel blocks
+// on one LayerNorm with a bias (Falcon-40B's on two: attn_norm_2 for attention, attn_norm for
+// the FFN; Hugging Face's ln_attn, ln_mlp), q|k|v fused with one KV head (Falcon-7B) or several
+// (grouped per KV head in Falcon-40B's Hugging Face checkpoints), a plain MLP
 // with PyTorch's exact GELU (llama.cpp's falcon graph has GELU's tanh approximation, a small
 // difference: docs/formats.md; hllm follows the Hugging Face model), Hugging Face's names
 // under transformer.h.N.; output.weight where the file has it (llama.cpp's falcon graph falls
@@ -214,6 +219,7 @@ inline constexpr Architecture kArchitectures[] = {
      .layout = BlockLayout::parallel,
      .norm = NormKind::layer,
      .norm_bias = true,
+     .optional_parallel_ffn_norm = true,
      .gated_ffn = false,
      .activation = GateActivation::gelu,
      .hf_tied = true,

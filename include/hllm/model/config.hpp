@@ -23,7 +23,8 @@ enum class BlockLayout : std::uint8_t {
   pre_norm,   // h = x + Attn(N(x)), out = h + FFN(N(h)) (Llama)
   sandwich,   // h = x + N(Attn(N(x))), out = h + N(FFN(N(h))) (Gemma 2)
   post_norm,  // h = x + N(Attn(x)), out = h + N(FFN(h)) (OLMo 2)
-  parallel,   // out = x + Attn(N(x)) + FFN(N(x)), one norm (Command-R, Falcon)
+  parallel,   // out = x + Attn(N(x)) + FFN(N(x)), one norm (Command-R, Falcon-7B); or
+              // x + Attn(N1(x)) + FFN(N2(x)) with ModelConfig::parallel_ffn_norm (Falcon-40B)
 };
 
 // The model's norm (ModelConfig::norm) of the queries and keys before RoPE.
@@ -73,6 +74,9 @@ struct ModelConfig {
   bool qkv_bias = false;         // q, k and v projections add a bias (Qwen2)
   QkNorm qk_norm = QkNorm::none;
   BlockLayout layout = BlockLayout::pre_norm;
+  // A parallel block's FFN reads a norm of its own of the block's input (Falcon-40B's ln_mlp)
+  // rather than the attention's.
+  bool parallel_ffn_norm = false;
   GateActivation ffn_activation = GateActivation::silu;  // SwiGLU, or GeGLU (Gemma)
   // false: a plain MLP, down(act(up(x))) with the exact GELU (Falcon), no gate projection
   bool gated_ffn = true;
@@ -246,6 +250,10 @@ struct ModelConfig {
                     "model config: " + std::string(field) + " = " + std::to_string(value) +
                         " (must be finite and >= 0; 0: the default)",
                     {}, field);
+    if (parallel_ffn_norm && layout != BlockLayout::parallel)
+      throw Error(ErrorKind::invalid_argument,
+                  "model config: a second input norm belongs to a parallel block", {},
+                  "parallel_ffn_norm");
     if (norm_bias && norm != NormKind::layer)
       throw Error(ErrorKind::invalid_argument, "model config: an RMSNorm has no bias", {},
                   "norm_bias");

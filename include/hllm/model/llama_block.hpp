@@ -98,6 +98,7 @@ class LlamaBlock {
         qkv_bias_(config.qkv_bias),
         qk_norm_(config.qk_norm),
         layout_(config.layout),
+        parallel_ffn_norm_(config.parallel_ffn_norm),
         activation_(config.ffn_activation),
         shared_expert_ungated_(config.shared_expert_ungated),
         routing_(config.has_experts(static_cast<std::int64_t>(layer_index))
@@ -156,10 +157,15 @@ class LlamaBlock {
     const bool output_norms = layout_ == BlockLayout::sandwich || layout_ == BlockLayout::post_norm;
     if (output_norms)
       normalize_in_place(compute, s.projected.data(), n_tokens, dim, weights_.post_attn_norm);
+    // A parallel block's FFN reads the block's input: its own norm of x, taken before
+    // attention's output joins x (Falcon-40B), or else the norm attention read, still in
+    // s.normed.
+    if (parallel_ffn_norm_)
+      norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm,
+                    weights_.ffn_norm_bias, matrix_view(s.normed.data(), n_tokens, dim),
+                    compute.kernels());
     add_into(x, s.projected.data(), n_tokens * dim);
 
-    // A parallel block's FFN reads the norm attention read, still in s.normed (x before
-    // attention's output joined it).
     if (!post_norm && layout_ != BlockLayout::parallel)
       norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm,
                     weights_.ffn_norm_bias, matrix_view(s.normed.data(), n_tokens, dim),
@@ -378,6 +384,7 @@ class LlamaBlock {
   bool qkv_bias_;
   QkNorm qk_norm_;
   BlockLayout layout_;
+  bool parallel_ffn_norm_;  // a parallel block's FFN reads its own norm of x (Falcon-40B)
   GateActivation activation_;
   bool shared_expert_ungated_;
   ExpertRouting routing_;  // n_experts 0 in a dense layer

@@ -54,6 +54,7 @@ struct LayerWeights {
   WeightTensor wv_b;            // [n_heads*mla_v_dim][kv_lora_rank]: head h's W_vb
   WeightTensor post_attn_norm;  // [1][dim], f32; with sandwich and post-norm layouts
   WeightTensor ffn_norm;        // [1][dim], f32; empty in a post-norm or parallel block
+                                // but Falcon-40B's (parallel_ffn_norm)
   WeightTensor ffn_norm_bias;   // [1][dim], f32; with config.norm_bias and an ffn_norm
   FeedForwardWeights ffn;       // gate, up: [ffn_dim][dim]; down: [dim][ffn_dim]; empty in
                                 // a mixture-of-experts layer; no gate in a plain MLP
@@ -283,11 +284,16 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c, bool experts
   const bool post_norm = c.layout == BlockLayout::post_norm;
   const bool output_norms = post_norm || c.layout == BlockLayout::sandwich;
   std::vector<LayerTensor> t;
+  // Falcon-40B's two input norms: llama.cpp's files call the attention's attn_norm_2 and the
+  // FFN's attn_norm, Hugging Face's ln_attn and ln_mlp.
+  const bool two_input_norms = c.parallel_ffn_norm;
   if (!post_norm)
-    t.push_back({"attn_norm.weight", "input_layernorm.weight", R::norm, 1, dim,
+    t.push_back({two_input_norms ? "attn_norm_2.weight" : "attn_norm.weight",
+                 two_input_norms ? "ln_attn.weight" : "input_layernorm.weight", R::norm, 1, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm; }});
   if (c.norm_bias)  // (LayerNorm blocks are pre-norm or parallel: ModelConfig::validate)
-    t.push_back({"attn_norm.bias", "input_layernorm.bias", R::bias, 1, dim,
+    t.push_back({two_input_norms ? "attn_norm_2.bias" : "attn_norm.bias",
+                 two_input_norms ? "ln_attn.bias" : "input_layernorm.bias", R::bias, 1, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm_bias; }});
   if (c.mla()) {
     add_mla_tensors(c, t);
@@ -303,12 +309,15 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c, bool experts
     if (!post_norm)
       t.push_back({"ffn_norm.weight", "pre_feedforward_layernorm.weight", R::norm, 1, dim,
                    [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
-  } else if (c.layout != BlockLayout::parallel) {  // parallel blocks share the input norm
-    t.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", R::norm, 1, dim,
-                 [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
+  } else if (c.layout != BlockLayout::parallel || two_input_norms) {
+    // (Other parallel blocks share the input norm.)
+    t.push_back({two_input_norms ? "attn_norm.weight" : "ffn_norm.weight",
+                 two_input_norms ? "ln_mlp.weight" : "post_attention_layernorm.weight", R::norm, 1,
+                 dim, [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
     if (c.norm_bias)
-      t.push_back({"ffn_norm.bias", "post_attention_layernorm.bias", R::bias, 1, dim,
-                   [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm_bias; }});
+      t.push_back({two_input_norms ? "attn_norm.bias" : "ffn_norm.bias",
+                   two_input_norms ? "ln_mlp.bias" : "post_attention_layernorm.bias", R::bias, 1,
+                   dim, [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm_bias; }});
   }
   if (experts) {
     add_expert_tensors(c, t);
