@@ -156,11 +156,13 @@ inline void panel_tile(const PanelBlock<Block>* panel, std::size_t n, const Bloc
     const PanelBlock<Block>& p = panel[b];
     // Several tokens' dot chains interleaved: a dot has a latency of several cycles
     // (docs/performance.md). AVX-512: eight (Q6_K four: its two accumulators per token would
-    // not fit the 32 registers with eight); AVX2 has 16 registers of half the width.
-    constexpr std::size_t kChains =
-        std::min<std::size_t>(kTokens, HLLM_ISA_LEVEL == 1                ? 2
-                                       : std::is_same_v<Block, BlockQ6_K> ? 4
-                                                                          : 8);
+    // not fit the 32 registers with eight); AVX2 has 16 registers of half the width: two, or
+    // four with AVX-VNNI, whose one-instruction dot is latency-bound at two (Q6_K stays at two).
+    constexpr std::size_t kChains = std::min<std::size_t>(
+        kTokens, HLLM_ISA_LEVEL == 1
+                     ? (HLLM_QUANT_VNNI && !std::is_same_v<Block, BlockQ6_K> ? 4 : 2)
+                 : std::is_same_v<Block, BlockQ6_K> ? 4
+                                                    : 8);
     _Pragma("GCC unroll 2") for (std::size_t j0 = 0; j0 < kTokens; j0 += kChains) {
       const BlockQ8Act* a[kChains];
       _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) a[c] =
