@@ -616,10 +616,6 @@ inline void check_no_unused_layer_tensors(const safetensors::Checkpoint& ckpt,
   }
 }
 
-}  // namespace detail
-
-namespace detail {
-
 // Falcon's new decoder (Falcon-40B) fuses q|k|v by KV group: [n_kv][group + 2][head_dim] rows,
 // each group's query heads, then its key head and its value head (FalconAttention._split_heads).
 // The checkpoint row of row `row` in the q | k | v order the model (and llama.cpp's converter,

@@ -157,19 +157,18 @@ class LlamaBlock {
     const bool output_norms = layout_ == BlockLayout::sandwich || layout_ == BlockLayout::post_norm;
     if (output_norms)
       normalize_in_place(compute, s.projected.data(), n_tokens, dim, weights_.post_attn_norm);
-    // A parallel block's FFN reads the block's input: its own norm of x, taken before
-    // attention's output joins x (Falcon-40B), or else the norm attention read, still in
-    // s.normed.
-    if (parallel_ffn_norm_)
+    // The FFN's input norm of x into s.normed: of the block's input in a parallel block with
+    // its own (Falcon-40B), before attention's output joins x; of x after it in pre-norm and
+    // sandwich blocks. Other parallel blocks' FFN reads the norm attention read, still in
+    // s.normed; a post-norm block's reads x itself.
+    const auto norm_ffn_input = [&] {
       norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm,
                     weights_.ffn_norm_bias, matrix_view(s.normed.data(), n_tokens, dim),
                     compute.kernels());
+    };
+    if (parallel_ffn_norm_) norm_ffn_input();
     add_into(x, s.projected.data(), n_tokens * dim);
-
-    if (!post_norm && layout_ != BlockLayout::parallel)
-      norm_.forward(matrix_view<const float>(x, n_tokens, dim), weights_.ffn_norm,
-                    weights_.ffn_norm_bias, matrix_view(s.normed.data(), n_tokens, dim),
-                    compute.kernels());
+    if (!post_norm && layout_ != BlockLayout::parallel) norm_ffn_input();
     if (routing_.n_experts > 0) {
       const bool shared = !weights_.shared_expert.gate.empty();
       const MoeWeights moe{

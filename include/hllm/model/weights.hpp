@@ -284,16 +284,18 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c, bool experts
   const bool post_norm = c.layout == BlockLayout::post_norm;
   const bool output_norms = post_norm || c.layout == BlockLayout::sandwich;
   std::vector<LayerTensor> t;
-  // Falcon-40B's two input norms: llama.cpp's files call the attention's attn_norm_2 and the
-  // FFN's attn_norm, Hugging Face's ln_attn and ln_mlp.
+  // The input norms' names (GGUF, Hugging Face). Falcon-40B's two: llama.cpp's files call the
+  // attention's attn_norm_2 and the FFN's attn_norm, Hugging Face's ln_attn and ln_mlp.
   const bool two_input_norms = c.parallel_ffn_norm;
+  const std::string attn_norm = two_input_norms ? "attn_norm_2" : "attn_norm";
+  const std::string attn_norm_hf = two_input_norms ? "ln_attn" : "input_layernorm";
+  const std::string ffn_norm = two_input_norms ? "attn_norm" : "ffn_norm";
+  const std::string ffn_norm_hf = two_input_norms ? "ln_mlp" : "post_attention_layernorm";
   if (!post_norm)
-    t.push_back({two_input_norms ? "attn_norm_2.weight" : "attn_norm.weight",
-                 two_input_norms ? "ln_attn.weight" : "input_layernorm.weight", R::norm, 1, dim,
+    t.push_back({attn_norm + ".weight", attn_norm_hf + ".weight", R::norm, 1, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm; }});
   if (c.norm_bias)  // (LayerNorm blocks are pre-norm or parallel: ModelConfig::validate)
-    t.push_back({two_input_norms ? "attn_norm_2.bias" : "attn_norm.bias",
-                 two_input_norms ? "ln_attn.bias" : "input_layernorm.bias", R::bias, 1, dim,
+    t.push_back({attn_norm + ".bias", attn_norm_hf + ".bias", R::bias, 1, dim,
                  [](L& l, std::size_t) -> WeightTensor& { return l.attn_norm_bias; }});
   if (c.mla()) {
     add_mla_tensors(c, t);
@@ -311,13 +313,11 @@ inline std::vector<LayerTensor> layer_tensors(const ModelConfig& c, bool experts
                    [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
   } else if (c.layout != BlockLayout::parallel || two_input_norms) {
     // (Other parallel blocks share the input norm.)
-    t.push_back({two_input_norms ? "attn_norm.weight" : "ffn_norm.weight",
-                 two_input_norms ? "ln_mlp.weight" : "post_attention_layernorm.weight", R::norm, 1,
-                 dim, [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
+    t.push_back({ffn_norm + ".weight", ffn_norm_hf + ".weight", R::norm, 1, dim,
+                 [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm; }});
     if (c.norm_bias)
-      t.push_back({two_input_norms ? "attn_norm.bias" : "ffn_norm.bias",
-                   two_input_norms ? "ln_mlp.bias" : "post_attention_layernorm.bias", R::bias, 1,
-                   dim, [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm_bias; }});
+      t.push_back({ffn_norm + ".bias", ffn_norm_hf + ".bias", R::bias, 1, dim,
+                   [](L& l, std::size_t) -> WeightTensor& { return l.ffn_norm_bias; }});
   }
   if (experts) {
     add_expert_tensors(c, t);
