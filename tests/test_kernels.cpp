@@ -1042,8 +1042,8 @@ TEST(Repack, QuantizedTypesTakeThePanelsWhereTheShapeAllows) {
 // pair counts (the decode loop takes pairs two at a time), prefill and decode token counts,
 // both column and token chunk boundaries of the GEMM.
 const std::tuple<unsigned, unsigned, unsigned> kBf16PanelShapes[] = {
-    {16u, 2u, 1u},     {16u, 30u, 8u},    {48u, 64u, 3u}, {48u, 530u, 17u},
-    {80u, 258u, 271u}, {32u, 600u, 530u}, {96u, 40u, 5u}, {32u, 6u, 2u}};
+    {16u, 2u, 1u},     {16u, 30u, 8u}, {48u, 64u, 3u}, {48u, 530u, 17u}, {80u, 258u, 271u},
+    {32u, 600u, 530u}, {96u, 40u, 5u}, {32u, 6u, 2u},  {80u, 130u, 1u}};
 
 struct Bf16Panels {
   std::vector<hllm::bf16> rows;   // [rows][cols], the file's layout

@@ -9,25 +9,28 @@
 // group's rows back to the file's layout and run the row-major tiles.
 
 #if HLLM_ISA_LEVEL >= 1
-// y[j][0..16) = group · x[j] for kTokens tokens, float32 activations: the 16 rows in the lanes of
-// kParts registers (one zmm, two ymm), each row's even and odd columns in two chains. With one
-// register per 16 rows the column pairs alternate between two sets of such chains (four per
-// token), so one token's FMAs overlap; two registers overlap already.
-//   group: [cols/2][16] dwords, x: [kTokens][cols], y: [kTokens] rows y_stride apart
-template <std::size_t kTokens>
-inline void bf16_x16_group_tile(const std::uint32_t* group, std::size_t cols, const float* x,
-                                float* y, std::size_t y_stride) {
+// y[j][16g .. 16g + 16) = group g · x[j] for kGroups consecutive groups and kTokens tokens,
+// float32 activations: a group's 16 rows in the lanes of kParts registers (one zmm, two ymm),
+// each row's even and odd columns in two chains. With one register per 16 rows the column pairs
+// alternate between two sets of such chains (four per token), so one token's FMAs overlap; two
+// registers overlap already. The groups are read side by side, each summed exactly as alone.
+//   first: kGroups groups of [cols/2][16] dwords, group_dwords apart; x: [kTokens][cols];
+//   y: [kTokens] rows y_stride apart
+template <std::size_t kGroups, std::size_t kTokens>
+inline void bf16_x16_group_tile(const std::uint32_t* first, std::size_t group_dwords,
+                                std::size_t cols, const float* x, float* y, std::size_t y_stride) {
   using V = VecF32;
   constexpr std::size_t kParts = kBf16PanelRows / V::lanes, kSets = 2 / kParts;
-  typename V::Reg acc[kTokens][kParts][kSets][2];  // [token][part][set][even, odd]
-  _Pragma("GCC unroll 4") for (auto& token : acc) for (auto& part : token) for (auto& set : part)
-      set[0] = set[1] = V::zero();
+  // [group][token][part][set][even, odd], zeros (value-initialised vectors)
+  typename V::Reg acc[kGroups][kTokens][kParts][kSets][2] = {};
   const auto step = [&](std::size_t k, std::size_t set) {
-    _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part) {
+    _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
+        _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part) {
       typename V::Reg even, odd;
-      V::load_bf16_pairs(group + k * kBf16PanelRows + part * V::lanes, even, odd);
+      V::load_bf16_pairs(first + g * group_dwords + k * kBf16PanelRows + part * V::lanes, even,
+                         odd);
       _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j) {
-        auto& a = acc[j][part][set];
+        auto& a = acc[g][j][part][set];
         a[0] = V::fma(even, V::set1(x[j * cols + 2 * k]), a[0]);
         a[1] = V::fma(odd, V::set1(x[j * cols + 2 * k + 1]), a[1]);
       }
@@ -38,46 +41,65 @@ inline void bf16_x16_group_tile(const std::uint32_t* group, std::size_t cols, co
   if constexpr (kSets == 2)
     for (; k + 2 <= pairs; k += 2) step(k, 0), step(k + 1, 1);
   for (; k < pairs; ++k) step(k, 0);
-  _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j)
-      _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part) {
-    const auto& a = acc[j][part];
+  _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
+      _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j)
+          _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part) {
+    const auto& a = acc[g][j][part];
     typename V::Reg sum = V::add(a[0][0], a[0][1]);
     if constexpr (kSets == 2) sum = V::add(sum, V::add(a[1][0], a[1][1]));
-    V::store(y + j * y_stride + part * V::lanes, sum);
+    V::store(y + j * y_stride + g * kBf16PanelRows + part * V::lanes, sum);
   }
 }
 
-// Every token against one whole group, up to 4 tokens per weight load with one register per 16
-// rows, 2 with two (whose accumulators then fill half the 16 registers).
-//   y: [n_tokens][rows] from the group's first row
-inline void bf16_x16_group(const std::uint32_t* group, std::size_t rows, std::size_t cols,
-                           const float* x, std::size_t n_tokens, float* y) {
-  for_token_tiles<VecF32::lanes == kBf16PanelRows ? 4 : 2>(
-      n_tokens, [&](auto k_tokens, std::size_t t) {
-        bf16_x16_group_tile<k_tokens()>(group, cols, x + t * cols, y + t * rows, rows);
-      });
+// Every token against `groups` whole groups from `first`. Decode (one token) reads two groups
+// side by side: one group's panel is one DRAM stream, which a core does not read as fast as two
+// (the F32/F16 panels' decode reads two as well). Batches take one group at a time, every token
+// before the next group (whose panel is then read from memory once), up to 4 tokens per weight
+// load with one register per 16 rows, 2 with two.
+//   y: [n_tokens][rows] from the first group's first row
+inline void bf16_x16_groups(const std::uint32_t* first, std::size_t groups, std::size_t rows,
+                            std::size_t cols, const float* x, std::size_t n_tokens, float* y) {
+  const std::size_t group_dwords = bf16_x16_group_dwords(cols);
+  std::size_t g = 0;
+  if (n_tokens == 1)
+    for (; g + 2 <= groups; g += 2)
+      bf16_x16_group_tile<2, 1>(first + g * group_dwords, group_dwords, cols, x,
+                                y + g * kBf16PanelRows, rows);
+  for (; g < groups; ++g)
+    for_token_tiles<VecF32::lanes == kBf16PanelRows ? 4 : 2>(
+        n_tokens, [&](auto k_tokens, std::size_t t) {
+          bf16_x16_group_tile<1, k_tokens()>(first + g * group_dwords, group_dwords, cols,
+                                             x + t * cols, y + t * rows + g * kBf16PanelRows, rows);
+        });
 }
 #endif
 
 // w: bf16_x16 panels of a [rows][cols] matrix, x: [n_tokens][cols], y: [n_tokens][rows]; rows
-// [row_begin, row_end), any range. scratch holds one group in the file's layout, [16][cols].
+// [row_begin, row_end), any range. scratch holds one group in the file's layout, [16][cols]:
+// rows of a group the range cuts (and every group on the scalar twin) are copied back to it and
+// run the row-major tiles.
 inline void matmul_bf16_x16(const void* weights, std::size_t rows, std::size_t cols, const float* x,
                             std::size_t n_tokens, float* y, std::size_t row_begin,
                             std::size_t row_end, void* scratch) {
   const auto* panels = static_cast<const std::uint32_t*>(weights);
   const std::size_t group_dwords = bf16_x16_group_dwords(cols);
   bf16* const group_rows = static_cast<bf16*>(scratch);
-  for (std::size_t g = row_begin / kBf16PanelRows; g * kBf16PanelRows < row_end; ++g) {
-    const std::size_t first = g * kBf16PanelRows;
-    const std::size_t lo = std::max(row_begin, first),
-                      hi = std::min(row_end, first + kBf16PanelRows);
-#if HLLM_ISA_LEVEL >= 1
-    if (lo == first && hi == first + kBf16PanelRows) {
-      bf16_x16_group(panels + g * group_dwords, rows, cols, x, n_tokens, y + first);
-      continue;
-    }
-#endif
+  const auto cut_group = [&](std::size_t g, std::size_t lo, std::size_t hi) {
     deinterleave_bf16_group(panels + g * group_dwords, cols, group_rows);
-    matmul_row_tiles(group_rows + (lo - first) * cols, rows, cols, x, n_tokens, y, lo, hi);
-  }
+    matmul_row_tiles(group_rows + (lo - g * kBf16PanelRows) * cols, rows, cols, x, n_tokens, y, lo,
+                     hi);
+  };
+#if HLLM_ISA_LEVEL >= 1
+  const std::size_t first = (row_begin + kBf16PanelRows - 1) / kBf16PanelRows * kBf16PanelRows,
+                    last = std::max(first, row_end / kBf16PanelRows * kBf16PanelRows);
+  if (row_begin < first) cut_group(row_begin / kBf16PanelRows, row_begin, std::min(first, row_end));
+  if (first < last)
+    bf16_x16_groups(panels + first / kBf16PanelRows * group_dwords, (last - first) / kBf16PanelRows,
+                    rows, cols, x, n_tokens, y + first);
+  if (last < row_end && row_end > first) cut_group(last / kBf16PanelRows, last, row_end);
+#else
+  for (std::size_t g = row_begin / kBf16PanelRows; g * kBf16PanelRows < row_end; ++g)
+    cut_group(g, std::max(row_begin, g * kBf16PanelRows),
+              std::min(row_end, (g + 1) * kBf16PanelRows));
+#endif
 }
