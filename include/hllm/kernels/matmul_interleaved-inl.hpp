@@ -237,6 +237,19 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 #endif
 
 #if HLLM_ISA_LEVEL >= 1
+// Asks for the lines kStreamPrefetchBytes past a unit of `bytes` bytes: a decode reads its
+// panels front to back, and on Intel's cores the hardware prefetcher alone kept the Q4_0, Q4_1
+// and Q8_0 panel decodes 10-20% below what they read with this (docs/performance.md, "Layouts and
+// kernels"); the K-quants' decodes, which ask for their scale lines first, were slower with it.
+// The address may lie past the matrix (the next group's panels follow it; a prefetch never
+// faults), so it is formed as an integer.
+inline constexpr std::size_t kStreamPrefetchBytes = 2048;
+inline void prefetch_stream_ahead(const void* unit, std::size_t bytes) {
+  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(unit) + kStreamPrefetchBytes;
+  for (std::size_t line = 0; line < bytes; line += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(ahead + line));
+}
+
 // Tokens per decode pass over a group's panel: Q4_0, Q4_1 and Q8_0 take as many as the registers
 // hold (one load and unpack of each weight register serves them all); the K-quants, whose chains
 // fill the registers already, one.
@@ -262,7 +275,8 @@ inline constexpr std::size_t kDecodeBelowTokens = kDecodeTokens<Block> == 1 ? kP
 // after each block's scaled dot: m·d_x·Σx (d_sum), 16 rows at once. The high nibbles run a second
 // chain (high_nibbles: with VNNI multiplied in place as q & 0xf0). The unit's bytes are read in
 // address order (alternating the two columns' loads halves the rate at which the hardware
-// prefetcher streams the panels from DRAM), once for all kTokens tokens, whose chains take the
+// prefetcher streams the panels from DRAM), the lines 2 KiB on asked for in passing
+// (prefetch_stream_ahead), once for all kTokens tokens, whose chains take the
 // same operations in the same order as one token's would. Each block's scaled dot is added to
 // one accumulator per token, block after block, exactly as the packed GEMM (panel_tile) sums a
 // token's row: the kernels are batch invariant, a token's outputs the same bits whichever runs
@@ -276,6 +290,7 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
   _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = L::zero();
   for (std::size_t u = 0; u < units; ++u) {
     const Interleaved16<Block>& unit = w[u];
+    prefetch_stream_ahead(&unit, sizeof(unit));
     _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
       const auto a = [&](std::size_t t) -> const BlockQ8Act& {
         return x[t * x_stride + 2 * u + h];
