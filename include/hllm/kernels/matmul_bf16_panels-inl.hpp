@@ -89,17 +89,15 @@ inline void matmul_bf16_x16(const void* weights, std::size_t rows, std::size_t c
     matmul_row_tiles(group_rows + (lo - g * kBf16PanelRows) * cols, rows, cols, x, n_tokens, y, lo,
                      hi);
   };
+  const auto whole_groups = [&](std::size_t first, std::size_t groups) {
 #if HLLM_ISA_LEVEL >= 1
-  const std::size_t first = (row_begin + kBf16PanelRows - 1) / kBf16PanelRows * kBf16PanelRows,
-                    last = std::max(first, row_end / kBf16PanelRows * kBf16PanelRows);
-  if (row_begin < first) cut_group(row_begin / kBf16PanelRows, row_begin, std::min(first, row_end));
-  if (first < last)
-    bf16_x16_groups(panels + first / kBf16PanelRows * group_dwords, (last - first) / kBf16PanelRows,
-                    rows, cols, x, n_tokens, y + first);
-  if (last < row_end && row_end > first) cut_group(last / kBf16PanelRows, last, row_end);
+    bf16_x16_groups(panels + first / kBf16PanelRows * group_dwords, groups, rows, cols, x, n_tokens,
+                    y + first);
 #else
-  for (std::size_t g = row_begin / kBf16PanelRows; g * kBf16PanelRows < row_end; ++g)
-    cut_group(g, std::max(row_begin, g * kBf16PanelRows),
-              std::min(row_end, (g + 1) * kBf16PanelRows));
+    for (std::size_t g = first / kBf16PanelRows; g < first / kBf16PanelRows + groups; ++g)
+      cut_group(g, g * kBf16PanelRows, (g + 1) * kBf16PanelRows);
 #endif
+  };
+  static_assert(kBf16PanelRows == 16, "split_at_groups splits at 16-row groups");
+  split_at_groups(row_begin, row_end, cut_group, whole_groups);
 }

@@ -286,6 +286,18 @@ inline void float_x16_tile(const P* first, std::size_t cols, const float* x, flo
               V::store(y + t * y_stride + g * kFloatPanelRows + part * V::lanes, acc[g][part][t]);
 }
 
+// Rows [row_begin, row_end) split at the 16-row groups of a panel layout (F32/F16 and BF16):
+// cut(g, lo, hi) for the rows [lo, hi) of group g where the range covers only part of it (at most
+// one group at each end), whole(first, groups) for the whole groups from row `first` between them,
+// in row order.
+template <class Cut, class Whole>
+inline void split_at_groups(std::size_t row_begin, std::size_t row_end, Cut&& cut, Whole&& whole) {
+  const std::size_t first = (row_begin + 15) / 16 * 16, last = std::max(first, row_end / 16 * 16);
+  if (row_begin < first) cut(row_begin / 16, row_begin, std::min(first, row_end));
+  if (first < last) whole(first, (last - first) / 16);
+  if (last < row_end && row_end > first) cut(last / 16, last, row_end);
+}
+
 // w: [rows/16][cols][16] panels, x: [n_tokens][cols], y: [n_tokens][rows]; rows
 // [row_begin, row_end), any range (a group cut by the range is computed whole and its rows in
 // the range kept).
@@ -295,7 +307,6 @@ inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t 
                              std::size_t row_end, [[maybe_unused]] void* scratch) {
   const P* panels = static_cast<const P*>(weights);
   const std::size_t group = float_x16_group_elements(cols);
-  const std::size_t first = (row_begin + 15) / 16 * 16, last = std::max(first, row_end / 16 * 16);
   const auto cut_group = [&](std::size_t g, std::size_t lo, std::size_t hi) {
     alignas(64) float out[kFloatPanelRows];
     for (std::size_t t = 0; t < n_tokens; ++t) {
@@ -303,11 +314,11 @@ inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t 
       for (std::size_t r = lo; r < hi; ++r) y[t * rows + r] = out[r % kFloatPanelRows];
     }
   };
-  if (row_begin < first) cut_group(row_begin / 16, row_begin, std::min(first, row_end));
-  if (first < last) {
+  const auto whole_groups = [&](std::size_t first, std::size_t groups) {
+    const std::size_t last = first + 16 * groups;
 #if HLLM_ISA_LEVEL == 2
     if (n_tokens >= kFloatPackedMinTokens) {
-      gemm_float_panels(panels, rows, cols, x, n_tokens, y, first, (last - first) / 16, scratch);
+      gemm_float_panels(panels, rows, cols, x, n_tokens, y, first, groups, scratch);
     } else
 #endif
     {
@@ -331,8 +342,8 @@ inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t 
       else
         run(std::integral_constant<std::size_t, 1>{});
     }
-  }
-  if (last < row_end && row_end > first) cut_group(last / 16, last, row_end);
+  };
+  split_at_groups(row_begin, row_end, cut_group, whole_groups);
 }
 
 inline void matmul_f32(const void* w, std::size_t rows, std::size_t cols, const float* x,
