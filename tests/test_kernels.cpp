@@ -1520,6 +1520,31 @@ TEST(ThreadPool, ClaimsEveryChunkExactlyOnce) {
                hllm::Error);
 }
 
+// Thread i runs the chunks of its lane, [n·i/threads, n·(i+1)/threads), front to back and
+// consecutively (a matmul's rows as one stream per thread); others take a lane's chunks only from
+// its back. So of its own lane, each thread ran a run of consecutive chunks from the lane's front.
+TEST(ThreadPool, EachThreadRunsItsLaneFrontToBack) {
+  for (std::size_t threads : {2u, 3u}) {
+    hllm::ThreadPool pool(threads);
+    for (std::size_t n_chunks : {2u, 7u, 32u, 64u}) {
+      for (int round = 0; round < 20; ++round) {
+        std::vector<std::vector<std::size_t>> ran(threads);  // each written by its thread only
+        pool.for_chunks(
+            n_chunks, [&](std::size_t chunk, std::size_t thread) { ran[thread].push_back(chunk); });
+        for (std::size_t t = 0; t < threads; ++t) {
+          const std::size_t lane_begin = n_chunks * t / threads,
+                            lane_end = n_chunks * (t + 1) / threads;
+          std::vector<std::size_t> own;
+          for (std::size_t c : ran[t])
+            if (c >= lane_begin && c < lane_end) own.push_back(c);
+          for (std::size_t k = 0; k < own.size(); ++k)
+            EXPECT_EQ(own[k], lane_begin + k) << threads << " threads, " << n_chunks << " chunks";
+        }
+      }
+    }
+  }
+}
+
 // A thread that stalls inside a chunk (as one preempted by another process would) holds back
 // only that chunk: the others take every remaining chunk, and the job ends when the stalled
 // chunk does.

@@ -2,15 +2,18 @@
 // A persistent pool of worker threads for the hot loop: threads are created once, a job is
 // published by bumping a generation counter, workers spin briefly (a job usually follows within
 // microseconds during a forward pass) and then sleep on the counter, and the caller takes part
-// in every job as thread 0. A job is a fixed set of chunks that the threads claim one at a time
-// from an atomic counter, so a thread slowed by another process on its core holds back no more
-// than the chunk it is running. Publishing a job allocates nothing and takes no lock.
+// in every job as thread 0. A job is a fixed set of chunks that the threads claim one at a time,
+// so a thread slowed by another process on its core holds back no more than the chunk it is
+// running: each thread owns a lane of consecutive chunks, claimed front to back, and a thread
+// whose lane is empty takes chunks from the back of another's. Publishing a job allocates
+// nothing and takes no lock.
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -56,6 +59,7 @@ class ThreadPool {
       throw Error(ErrorKind::invalid_argument, "thread count must be in [1, " +
                                                    std::to_string(kMaxThreads) + "], got " +
                                                    std::to_string(n_threads));
+    lanes_ = std::make_unique<Lane[]>(n_threads);
     workers_.reserve(n_threads - 1);
     for (std::size_t i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { work(i); });
   }
@@ -71,12 +75,16 @@ class ThreadPool {
   std::size_t size() const noexcept { return n_threads_; }
 
   // Calls fn(chunk, thread) once for every chunk in [0, n_chunks) and returns when all calls
-  // have returned. The threads (the caller is thread 0 and takes part) claim chunks from a
-  // shared counter until none remain, so a thread that runs slowly, e.g. on a core another
-  // process shares, simply claims fewer; `thread` is the index in [0, size()) of the thread
-  // running the call (for per-thread scratch). Which thread runs a chunk varies from call to
-  // call, so fn's result must depend on the chunk only. fn must not throw (kernels do not); jobs
-  // must not be published from two threads at once (a pool belongs to one session).
+  // have returned. The threads (the caller is thread 0 and takes part) claim chunks until none
+  // remain, so a thread that runs slowly, e.g. on a core another process shares, simply claims
+  // fewer; `thread` is the index in [0, size()) of the thread running the call (for per-thread
+  // scratch). Thread i first runs the consecutive chunks of its lane, [n_chunks·i/size(),
+  // n_chunks·(i+1)/size()), in order, so where chunks are consecutive stretches of memory (a
+  // matmul's rows) each thread reads one stream, which the hardware prefetcher follows, instead
+  // of jumping over the others' chunks; then it takes the last unclaimed chunk of another lane.
+  // Which thread runs a chunk varies from call to call, so fn's result must depend on the chunk
+  // only. fn must not throw (kernels do not); jobs must not be published from two threads at
+  // once (a pool belongs to one session).
   template <class F>
   void for_chunks(std::size_t n_chunks, F&& fn) {
     if (n_chunks > kMaxChunks)
@@ -90,10 +98,15 @@ class ThreadPool {
     job_ = [](void* context, std::size_t chunk, std::size_t thread) {
       (*static_cast<Fn*>(context))(chunk, thread);
     };
+    n_chunks_ = n_chunks;
     done_.store(0, std::memory_order_relaxed);
     const std::uint64_t job = generation_.load(std::memory_order_relaxed) + 1;
-    // Publishes job_, job_context_ and done_ to every thread whose claim reads this word.
-    claim_.store(claim_word(job, n_chunks, 0), std::memory_order_release);
+    // Each lane store publishes job_, job_context_, n_chunks_ and done_ to every thread whose
+    // claim reads it; the generation publishes all of them to the workers it wakes.
+    for (std::size_t i = 0; i < n_threads_; ++i)
+      lanes_[i].word.store(
+          lane_word(job, n_chunks * i / n_threads_, n_chunks * (i + 1) / n_threads_),
+          std::memory_order_release);
     generation_.store(job, std::memory_order_release);
     generation_.notify_all();
     run_chunks(job, 0);
@@ -164,27 +177,58 @@ class ThreadPool {
   static constexpr std::size_t kWaitSpins = std::size_t{1} << 13;
   static constexpr std::size_t kIdleSpins = std::size_t{1} << 14;
 
-  // The claim word: the job's generation (low 32 bits), its chunk count and the next unclaimed
-  // chunk, so one compare-exchange both checks that a job is still current and claims from it.
-  static constexpr std::uint64_t claim_word(std::uint64_t job, std::size_t n_chunks,
-                                            std::size_t next) noexcept {
-    return (job << 32) | (std::uint64_t{n_chunks} << 16) | std::uint64_t{next};
+  // A lane's word: the job's generation (low 32 bits) and the lane's unclaimed chunks [front,
+  // back), so one compare-exchange both checks that a job is still current and claims from it.
+  struct alignas(64) Lane {
+    std::atomic<std::uint64_t> word{0};
+  };
+  static constexpr std::uint64_t lane_word(std::uint64_t job, std::size_t front,
+                                           std::size_t back) noexcept {
+    return (job << 32) | (std::uint64_t{front} << 16) | std::uint64_t{back};
   }
 
-  // Claims and runs chunks of job `job` until none remain (or a later job replaced it).
-  void run_chunks(std::uint64_t job, std::size_t thread) {
-    std::uint64_t word = claim_.load(std::memory_order_acquire);
+  // Claims a chunk of job `job` from lane `lane`: its first unclaimed one (the owner) or its
+  // last (another thread). False if the lane has none left or holds another job.
+  static bool claim(Lane& lane, std::uint64_t job, bool owner, std::size_t& chunk) {
+    std::uint64_t word = lane.word.load(std::memory_order_acquire);
     for (;;) {
-      const std::size_t n_chunks = (word >> 16) & 0xffff, next = word & 0xffff;
-      if ((word >> 32) != (job & 0xffffffff) || next >= n_chunks) return;
-      if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acquire,
-                                        std::memory_order_acquire))
-        continue;
-      // The chunk is ours: until it is done the caller keeps the job (and fn) alive.
-      job_(job_context_, next, thread);
-      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_chunks) done_.notify_one();
-      word = claim_.load(std::memory_order_acquire);
+      const std::size_t front = (word >> 16) & 0xffff, back = word & 0xffff;
+      if ((word >> 32) != (job & 0xffffffff) || front >= back) return false;
+      const std::uint64_t claimed = owner ? word + (std::uint64_t{1} << 16) : word - 1;
+      if (lane.word.compare_exchange_weak(word, claimed, std::memory_order_acquire,
+                                          std::memory_order_acquire)) {
+        chunk = owner ? front : back - 1;
+        return true;
+      }
     }
+  }
+
+  // Claims and runs chunks of job `job` until none remain (or a later job replaced it): the
+  // thread's own lane first, then the other lanes from the back, nearest lane first. The
+  // chunks it ran are counted in done_ once, at the end: a shared counter bumped for every
+  // chunk would move its cache line between the cores at every chunk.
+  void run_chunks(std::uint64_t job, std::size_t thread) {
+    std::size_t ran = 0, n_chunks = 0;
+    void (*fn)(void*, std::size_t, std::size_t) = nullptr;
+    void* context = nullptr;
+    for (;;) {
+      std::size_t chunk = 0;
+      bool claimed = claim(lanes_[thread], job, true, chunk);
+      for (std::size_t k = 1; !claimed && k < n_threads_; ++k)
+        claimed = claim(lanes_[(thread + k) % n_threads_], job, false, chunk);
+      if (!claimed) break;
+      // A chunk is ours: until it is counted the caller keeps the job (and fn) alive, and
+      // publishes no other.
+      if (ran == 0) {
+        n_chunks = n_chunks_;
+        fn = job_;
+        context = job_context_;
+      }
+      fn(context, chunk, thread);
+      ++ran;
+    }
+    if (ran > 0 && done_.fetch_add(ran, std::memory_order_acq_rel) + ran == n_chunks)
+      done_.notify_one();
   }
 
   void work(std::size_t index) {
@@ -207,12 +251,13 @@ class ThreadPool {
 
   std::size_t n_threads_;
   std::vector<std::thread> workers_;
-  std::atomic<std::uint64_t> generation_{0};  // the latest job's number
-  std::atomic<std::uint64_t> claim_{0};       // claim_word of the latest job
-  std::atomic<std::size_t> done_{0};          // chunks of the latest job finished
+  alignas(64) std::atomic<std::uint64_t> generation_{0};  // the latest job's number
+  std::unique_ptr<Lane[]> lanes_;                 // [n_threads_]: each thread's chunks of the job
+  alignas(64) std::atomic<std::size_t> done_{0};  // chunks of the latest job finished
   std::atomic<bool> stop_{false};
   void (*job_)(void*, std::size_t, std::size_t) = nullptr;
   void* job_context_ = nullptr;
+  std::size_t n_chunks_ = 0;  // of the latest job
 };
 
 }  // namespace hllm

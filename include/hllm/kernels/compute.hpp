@@ -44,6 +44,10 @@ class Compute {
   // Matmul chunks start at multiples of 32 rows: whole two-panel tiles of the FP32 and BF16
   // GEMMs, whole 16-row panels and 8-row groups of the repacked types.
   static constexpr std::size_t kRowGrain = 32;
+  // Batches below kStreamBelowTokens tokens run the decode kernels, which stream the weights;
+  // gate_up_activated alternates its two matrices every kStreamStepRows rows for them.
+  static constexpr std::size_t kStreamBelowTokens = 9;
+  static constexpr std::size_t kStreamStepRows = 2 * kRowGrain;
 
   using Limits = ComputeLimits;
 
@@ -148,10 +152,18 @@ class Compute {
     const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
     const std::size_t rows = gate.rows;
     const kernels::GateActivationFn act = gate_activation(activation);
+    // Decode-sized batches stream the weights: a chunk alternates between gate and up every
+    // kStreamStepRows rows, so both streams stay warm in the hardware prefetcher (one stretch of
+    // gate, then one of up, restarted each stream at every chunk: 4% of a Q4_0 token on AVX2).
+    // Prefill keeps whole chunks, which its GEMM packs once.
+    const std::size_t step = n_tokens < kStreamBelowTokens ? kStreamStepRows : rows;
     split(rows, kRowGrain, 2 * rows * gate.cols * n_tokens,
           [&](std::size_t begin, std::size_t end, std::size_t thread) {
-            rows_of(gate, x, xq, n_tokens, gate_y, begin, end, thread);
-            rows_of(up, x, xq, n_tokens, up_y, begin, end, thread);
+            for (std::size_t b = begin; b < end; b += step) {
+              const std::size_t e = std::min(end, b + step);
+              rows_of(gate, x, xq, n_tokens, gate_y, b, e, thread);
+              rows_of(up, x, xq, n_tokens, up_y, b, e, thread);
+            }
             for (std::size_t t = 0; t < n_tokens; ++t)
               act(gate_y + t * rows + begin, up_y + t * rows + begin, end - begin,
                   out + t * rows + begin);
