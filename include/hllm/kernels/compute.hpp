@@ -153,9 +153,9 @@ class Compute {
     const std::size_t rows = gate.rows;
     const kernels::GateActivationFn act = gate_activation(activation);
     // Decode-sized batches stream the weights: a chunk alternates between gate and up every
-    // kStreamStepRows rows, so both streams stay warm in the hardware prefetcher (one stretch of
-    // gate, then one of up, restarted each stream at every chunk: 4% of a Q4_0 token on AVX2).
-    // Prefill keeps whole chunks, which its GEMM packs once.
+    // kStreamStepRows rows, so the hardware prefetcher keeps both streams (one stretch of gate,
+    // then one of up, restarted each stream at every chunk; docs/performance.md, "One stream
+    // per thread"). Prefill keeps whole chunks, which its GEMM packs once.
     const std::size_t step = n_tokens < kStreamBelowTokens ? kStreamStepRows : rows;
     split(rows, kRowGrain, 2 * rows * gate.cols * n_tokens,
           [&](std::size_t begin, std::size_t end, std::size_t thread) {
