@@ -44,9 +44,11 @@ class Compute {
   // Matmul chunks start at multiples of 32 rows: whole two-panel tiles of the FP32 and BF16
   // GEMMs, whole 16-row panels and 8-row groups of the repacked types.
   static constexpr std::size_t kRowGrain = 32;
-  // Batches below kStreamBelowTokens tokens run the decode kernels, which stream the weights;
-  // gate_up_activated alternates its two matrices every kStreamStepRows rows for them.
-  static constexpr std::size_t kStreamBelowTokens = 9;
+  // Batches below kStreamBelowTokens tokens stream the weights, and no kernel stages their
+  // tokens per call (the BF16 GEMM, the first to, packs its token panel from 8 tokens), so
+  // gate_up_activated alternates its two matrices every kStreamStepRows rows for them without
+  // redoing any kernel's per-call work.
+  static constexpr std::size_t kStreamBelowTokens = kernels::kBf16PackedMinTokens;
   static constexpr std::size_t kStreamStepRows = 2 * kRowGrain;
 
   using Limits = ComputeLimits;
