@@ -89,58 +89,96 @@ inline VecF32::Reg load_kv(const Block* row, std::size_t d, std::size_t n) {
   return VecF32::load(values, n);
 }
 
-template <class KV>
-inline float dot_head(const float* q, const KV* k, std::size_t head_dim) {
+// The dot products of q with NK key rows, each one FMA chain over the head's dimensions and a lane
+// sum (the same arithmetic for a key whatever NK: the chains are independent, interleaved so
+// that they run at the FMA units' rate rather than one FMA latency per step).
+// q: [head_dim], rows: NK row addresses, dots: [NK]
+template <std::size_t NK, class KV>
+inline void dot_keys(const float* q, const KV* const* rows, std::size_t head_dim, float* dots) {
   using V = VecF32;
-  typename V::Reg acc = V::zero();
+  typename V::Reg acc[NK];
+  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < NK; ++j) acc[j] = V::zero();
   std::size_t d = 0;
-  for (; d + V::lanes <= head_dim; d += V::lanes) acc = V::fma(V::load(q + d), load_kv(k, d), acc);
-  if (d < head_dim) acc = V::fma(V::load(q + d, head_dim - d), load_kv(k, d, head_dim - d), acc);
-  return V::sum(acc);
-}
-
-// out = out * scale + p * v.   out, v: [head_dim]
-template <class KV>
-inline void scale_add_head(float* out, float scale, float p, const KV* v, std::size_t head_dim) {
-  using V = VecF32;
-  const typename V::Reg s = V::set1(scale), pv = V::set1(p);
-  std::size_t d = 0;
-  for (; d + V::lanes <= head_dim; d += V::lanes)
-    V::store(out + d, V::fma(pv, load_kv(v, d), V::mul(V::load(out + d), s)));
+  for (; d + V::lanes <= head_dim; d += V::lanes) {
+    const typename V::Reg qd = V::load(q + d);
+    _Pragma("GCC unroll 8") for (std::size_t j = 0; j < NK; ++j) acc[j] =
+        V::fma(qd, load_kv(rows[j], d), acc[j]);
+  }
   if (d < head_dim) {
     const std::size_t n = head_dim - d;
-    V::store(out + d, V::fma(pv, load_kv(v, d, n), V::mul(V::load(out + d, n), s)), n);
+    const typename V::Reg qd = V::load(q + d, n);
+    _Pragma("GCC unroll 8") for (std::size_t j = 0; j < NK; ++j) acc[j] =
+        V::fma(qd, load_kv(rows[j], d, n), acc[j]);
   }
+  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < NK; ++j) dots[j] = V::sum(acc[j]);
+}
+
+// out[d, d + NV·lanes) = out[..]·correction + Σ_j p[j]·v_j[..], the slice held in registers
+// across the keys: per value one multiply, then one FMA per key in key order.
+// out: [head_dim], p: [count], rows: count row addresses
+template <std::size_t NV, class KV>
+inline void accumulate_slice(float* out, std::size_t d, float correction, const float* p,
+                             const KV* const* rows, std::size_t count) {
+  using V = VecF32;
+  typename V::Reg o[NV];
+  const typename V::Reg c = V::set1(correction);
+  _Pragma("GCC unroll 8") for (std::size_t i = 0; i < NV; ++i) o[i] =
+      V::mul(V::load(out + d + i * V::lanes), c);
+  for (std::size_t j = 0; j < count; ++j) {
+    const typename V::Reg pj = V::set1(p[j]);
+    _Pragma("GCC unroll 8") for (std::size_t i = 0; i < NV; ++i) o[i] =
+        V::fma(pj, load_kv(rows[j], d + i * V::lanes), o[i]);
+  }
+  _Pragma("GCC unroll 8") for (std::size_t i = 0; i < NV; ++i)
+      V::store(out + d + i * V::lanes, o[i]);
 }
 
 // One query head against n_keys keys/values with an online softmax, tile by tile, as
-// reference::attend_head. q: [head_dim], keys, values: n_keys rows of head_dim values (Rows:
-// ConsecutiveRows or BlockRows), out: [head_dim]
+// reference::attend_head: a tile's scores 8 keys at a time (dot_keys), its values 8 vectors of
+// dimensions at a time kept in registers (accumulate_slice). q: [head_dim], keys, values: n_keys
+// rows of head_dim values (Rows: ConsecutiveRows or BlockRows), out: [head_dim]
 template <class Rows>
 inline void attend_head(const float* q, const Rows& keys, const Rows& values, std::size_t n_keys,
                         std::size_t head_dim, AttentionScoring scoring, float* out) {
-  constexpr std::size_t kTile = 32;
+  using V = VecF32;
+  using KV = typename Rows::element_type;
+  constexpr std::size_t kTile = 32, kKeysAtOnce = 8, kSliceVectors = 8;
   float scores[kTile];
+  const KV* key_rows[kTile];
+  const KV* value_rows[kTile];
   float running_max = -std::numeric_limits<float>::infinity();
   float running_sum = 0.0f;
   for (std::size_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
   for (std::size_t start = 0; start < n_keys; start += kTile) {
     const std::size_t count = std::min(kTile, n_keys - start);
-    float tile_max = -std::numeric_limits<float>::infinity();
     for (std::size_t j = 0; j < count; ++j) {
-      scores[j] = scoring(dot_head(q, keys(start + j), head_dim));
+      key_rows[j] = keys(start + j);
+      value_rows[j] = values(start + j);
+    }
+    std::size_t j = 0;
+    for (; j + kKeysAtOnce <= count; j += kKeysAtOnce)
+      dot_keys<kKeysAtOnce>(q, key_rows + j, head_dim, scores + j);
+    for (; j < count; ++j) dot_keys<1>(q, key_rows + j, head_dim, scores + j);
+    float tile_max = -std::numeric_limits<float>::infinity();
+    for (j = 0; j < count; ++j) {
+      scores[j] = scoring(scores[j]);
       tile_max = std::max(tile_max, scores[j]);
     }
     const float new_max = std::max(running_max, tile_max);
-    float correction = std::exp(running_max - new_max);
+    const float correction = std::exp(running_max - new_max);
     running_sum *= correction;
     exp_shifted(scores, count, new_max);
-    for (std::size_t j = 0; j < count; ++j) {
-      const float p = scores[j];
-      running_sum += p;
-      // The first key of a tile also applies the tile's rescale of the accumulator.
-      scale_add_head(out, correction, p, values(start + j), head_dim);
-      correction = 1.0f;
+    for (j = 0; j < count; ++j) running_sum += scores[j];
+    std::size_t d = 0;
+    for (; d + kSliceVectors * V::lanes <= head_dim; d += kSliceVectors * V::lanes)
+      accumulate_slice<kSliceVectors>(out, d, correction, scores, value_rows, count);
+    for (; d + V::lanes <= head_dim; d += V::lanes)
+      accumulate_slice<1>(out, d, correction, scores, value_rows, count);
+    if (d < head_dim) {  // the last values of a row narrower than a vector's multiple
+      const std::size_t n = head_dim - d;
+      typename V::Reg o = V::mul(V::load(out + d, n), V::set1(correction));
+      for (j = 0; j < count; ++j) o = V::fma(V::set1(scores[j]), load_kv(value_rows[j], d, n), o);
+      V::store(out + d, o, n);
     }
     running_max = new_max;
   }
