@@ -35,6 +35,35 @@ inline void quantize_activations(const float* x, std::size_t n, BlockQ8Act* out)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q.qs + 16), _mm512_cvtepi32_epi8(qhi));
     const std::int32_t sum_lo = _mm512_reduce_add_epi32(qlo);
     q.set_sums(sum_lo + _mm512_reduce_add_epi32(qhi), sum_lo);
+#elif HLLM_ISA_LEVEL == 1
+    // The scalar loop's arithmetic on 8 lanes: the same product and rounding per value.
+    __m256 v[4];
+    _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(xb + 8 * k);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 m =
+        _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                      _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    q.d = amax / 127.0f;
+    const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    __m256i i32[4];  // cvtps rounds to nearest even under the default MXCSR, as std::nearbyint
+    _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) i32[k] =
+        _mm256_cvtps_epi32(_mm256_mul_ps(v[k], inv));
+    // packs interleave 128-bit lanes: bytes come out as dwords 0,2,4,6,1,3,5,7 of the result.
+    const __m256i bytes =
+        _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(q.qs),
+        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const auto sum8 = [](__m256i a) {
+      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+      return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+    };
+    const std::int32_t sum_lo = sum8(_mm256_add_epi32(i32[0], i32[1]));
+    q.set_sums(sum_lo + sum8(_mm256_add_epi32(i32[2], i32[3])), sum_lo);
 #else
     float amax = 0.0f;
     for (std::size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
