@@ -10,29 +10,37 @@
 
 #if HLLM_ISA_LEVEL >= 1
 // y[j][16g .. 16g + 16) = group g · x[j] for kGroups consecutive groups and kTokens tokens,
-// float32 activations: a group's 16 rows in the lanes of kParts registers (one zmm, two ymm),
-// each row's even and odd columns in two chains. With one register per 16 rows the column pairs
-// alternate between two sets of such chains (four per token), so one token's FMAs overlap; two
-// registers overlap already. The groups are read side by side, each summed exactly as alone.
+// float32 activations: a group's 16 rows in the lanes of kParts registers (one zmm, two ymm).
+// With one register per 16 rows each row has four chains (even and odd columns, of alternating
+// column pairs), so one token's FMAs overlap; with two registers, one chain per row and token,
+// column after column, the order of the F32 panels' tile, which AVX2's batches run on widened
+// chunks (bf16_x16_groups). One token's chains then wait two FMA latencies per column pair,
+// too slow to keep enough of the weight stream's lines in flight: decode prefetches them 2 KiB
+// ahead. The groups are read side by side, each summed exactly as alone.
 //   first: kGroups groups of [cols/2][16] dwords, group_dwords apart; x: [kTokens][cols];
 //   y: [kTokens] rows y_stride apart
 template <std::size_t kGroups, std::size_t kTokens>
 inline void bf16_x16_group_tile(const std::uint32_t* first, std::size_t group_dwords,
                                 std::size_t cols, const float* x, float* y, std::size_t y_stride) {
   using V = VecF32;
-  constexpr std::size_t kParts = kBf16PanelRows / V::lanes, kSets = 2 / kParts;
-  // [group][token][part][set][even, odd], zeros (value-initialised vectors)
-  typename V::Reg acc[kGroups][kTokens][kParts][kSets][2] = {};
+  constexpr std::size_t kParts = kBf16PanelRows / V::lanes, kSets = 2 / kParts,
+                        kChains = kParts == 1 ? 4 : 1;
+  // [group][token][part][chain: 2·set + (even, odd) with one part], zeros
+  typename V::Reg acc[kGroups][kTokens][kParts][kChains] = {};
   const auto step = [&](std::size_t k, std::size_t set) {
-    _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
-        _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part) {
-      typename V::Reg even, odd;
-      V::load_bf16_pairs(first + g * group_dwords + k * kBf16PanelRows + part * V::lanes, even,
-                         odd);
-      _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j) {
-        auto& a = acc[g][j][part][set];
-        a[0] = V::fma(even, V::set1(x[j * cols + 2 * k]), a[0]);
-        a[1] = V::fma(odd, V::set1(x[j * cols + 2 * k + 1]), a[1]);
+    _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g) {
+      if constexpr (kChains == 1 && kTokens == 1)
+        __builtin_prefetch(first + g * group_dwords + (k + 32) * kBf16PanelRows);
+      _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part) {
+        typename V::Reg even, odd;
+        V::load_bf16_pairs(first + g * group_dwords + k * kBf16PanelRows + part * V::lanes, even,
+                           odd);
+        _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j) {
+          auto& a_even = acc[g][j][part][kChains == 1 ? 0 : 2 * set];
+          a_even = V::fma(even, V::set1(x[j * cols + 2 * k]), a_even);
+          auto& a_odd = acc[g][j][part][kChains == 1 ? 0 : 2 * set + 1];
+          a_odd = V::fma(odd, V::set1(x[j * cols + 2 * k + 1]), a_odd);
+        }
       }
     }
   };
@@ -45,32 +53,74 @@ inline void bf16_x16_group_tile(const std::uint32_t* first, std::size_t group_dw
       _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j)
           _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part) {
     const auto& a = acc[g][j][part];
-    typename V::Reg sum = V::add(a[0][0], a[0][1]);
-    if constexpr (kSets == 2) sum = V::add(sum, V::add(a[1][0], a[1][1]));
+    typename V::Reg sum = a[0];
+    if constexpr (kChains == 4) sum = V::add(V::add(a[0], a[1]), V::add(a[2], a[3]));
     V::store(y + j * y_stride + g * kBf16PanelRows + part * V::lanes, sum);
+  }
+}
+
+// Batches on two-register ISAs (AVX2), where four tokens' chains beside a column pair's two
+// widened halves would not fit the 16 registers: kFloatPanelCols columns at a time, each chunk
+// of every group widened to float into an L1 buffer and run through the F32 panels' tile (up to
+// four tokens per column load), then the next chunk, so a chunk's activations (512 KiB at 512
+// tokens) are read from L2 by every group, where a whole row per token came from memory for each
+// group. Each tile continues its outputs' one chain from the sums the previous chunk stored,
+// bf16_x16_group_tile's order; the sums the next tile reloads are prefetched first, their misses
+// hidden behind this tile's arithmetic.
+//   first: `groups` groups of [cols/2][16] dwords; x: [n_tokens][cols]; y: [n_tokens][rows]
+//   from the first group's first row
+inline void bf16_x16_widened_chunks(const std::uint32_t* first, std::size_t groups,
+                                    std::size_t rows, std::size_t cols, const float* x,
+                                    std::size_t n_tokens, float* y) {
+  using V = VecF32;
+  static_assert(kFloatPanelCols % 2 == 0, "chunks hold whole column pairs");
+  alignas(64) float widened[kFloatPanelCols][kBf16PanelRows];
+  const std::size_t group_dwords = bf16_x16_group_dwords(cols);
+  for (std::size_t c0 = 0; c0 < cols; c0 += kFloatPanelCols) {
+    const std::size_t n = std::min(kFloatPanelCols, cols - c0);
+    for (std::size_t g = 0; g < groups; ++g) {
+      for (std::size_t k = 0; k < n / 2; ++k)
+        _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kBf16PanelRows / V::lanes;
+                                     ++part) {
+          typename V::Reg even, odd;
+          V::load_bf16_pairs(
+              first + g * group_dwords + (c0 / 2 + k) * kBf16PanelRows + part * V::lanes, even,
+              odd);
+          V::store(widened[2 * k] + part * V::lanes, even);
+          V::store(widened[2 * k + 1] + part * V::lanes, odd);
+        }
+      float* const out = y + g * kBf16PanelRows;
+      for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
+        for (std::size_t j = t + k_tokens(); j < std::min(t + 2 * k_tokens(), n_tokens); ++j)
+          __builtin_prefetch(out + j * rows);
+        float_x16_tile<1, k_tokens()>(&widened[0][0], n, x + t * cols + c0, cols, out + t * rows,
+                                      rows, c0 > 0);
+      });
+    }
   }
 }
 
 // Every token against `groups` whole groups from `first`. Decode (one token) reads two groups
 // side by side: one group's panel is one DRAM stream, which a core does not read as fast as two
-// (the F32/F16 panels' decode reads two as well). Batches take one group at a time, every token
-// before the next group (whose panel is then read from memory once), up to 4 tokens per weight
-// load with one register per 16 rows, 2 with two.
+// (the F32/F16 panels' decode reads two as well). Batches with one register per 16 rows take one
+// group at a time, every token before the next group (whose panel is then read from memory
+// once), up to 4 tokens per weight load; with two, bf16_x16_widened_chunks.
 //   y: [n_tokens][rows] from the first group's first row
 inline void bf16_x16_groups(const std::uint32_t* first, std::size_t groups, std::size_t rows,
                             std::size_t cols, const float* x, std::size_t n_tokens, float* y) {
   const std::size_t group_dwords = bf16_x16_group_dwords(cols);
+  if constexpr (VecF32::lanes < kBf16PanelRows)
+    if (n_tokens > 1) return bf16_x16_widened_chunks(first, groups, rows, cols, x, n_tokens, y);
   std::size_t g = 0;
   if (n_tokens == 1)
     for (; g + 2 <= groups; g += 2)
       bf16_x16_group_tile<2, 1>(first + g * group_dwords, group_dwords, cols, x,
                                 y + g * kBf16PanelRows, rows);
   for (; g < groups; ++g)
-    for_token_tiles<VecF32::lanes == kBf16PanelRows ? 4 : 2>(
-        n_tokens, [&](auto k_tokens, std::size_t t) {
-          bf16_x16_group_tile<1, k_tokens()>(first + g * group_dwords, group_dwords, cols,
-                                             x + t * cols, y + t * rows + g * kBf16PanelRows, rows);
-        });
+    for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
+      bf16_x16_group_tile<1, k_tokens()>(first + g * group_dwords, group_dwords, cols, x + t * cols,
+                                         y + t * rows + g * kBf16PanelRows, rows);
+    });
 }
 #endif
 

@@ -260,24 +260,30 @@ inline void matmul_float(const W* w, std::size_t rows, std::size_t cols, const f
 // output summed column after column in one FMA chain, in the lanes of one AVX-512 register per
 // 16 rows (two AVX2 registers, 16 scalars), for decode and prefill alike. AVX-512 prefill (8
 // tokens or more) runs the packed GEMM on the panels in place, which sums in that same order, so
-// the kernel is batch invariant.
-//   y: [kTokens][rows] outputs (rows y_stride apart) of kGroups consecutive groups from `first`
-//   for kTokens tokens x: [kTokens][cols]; each column's weights are loaded once for the tokens
+// the kernel is batch invariant. (AVX2's BF16 batches run it on column chunks widened to float,
+// bf16_x16_widened_chunks.)
+//   y: [kTokens][rows] outputs (rows y_stride apart) of kGroups consecutive groups of `cols`
+//   columns from `first` for kTokens tokens x: [kTokens] rows x_stride apart; each column's
+//   weights are loaded once for the tokens. accumulate: continue the sums y holds (a later
+//   column chunk, in the same order).
 template <std::size_t kGroups, std::size_t kTokens, class P>
-inline void float_x16_tile(const P* first, std::size_t cols, const float* x, float* y,
-                           std::size_t y_stride) {
+inline void float_x16_tile(const P* first, std::size_t cols, const float* x, std::size_t x_stride,
+                           float* y, std::size_t y_stride, bool accumulate = false) {
   using V = VecF32;
   constexpr std::size_t kParts = kFloatPanelRows / V::lanes;
   const std::size_t group = float_x16_group_elements(cols);
   typename V::Reg acc[kGroups][kParts][kTokens];
-  _Pragma("GCC unroll 2") for (auto& g : acc) _Pragma("GCC unroll 16") for (auto& part : g)
-      _Pragma("GCC unroll 4") for (auto& a : part) a = V::zero();
+  _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
+      _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part)
+          _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) acc[g][part][t] =
+              accumulate ? V::load(y + t * y_stride + g * kFloatPanelRows + part * V::lanes)
+                         : V::zero();
   for (std::size_t c = 0; c < cols; ++c) {
     _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
         _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part) {
       const typename V::Reg w = V::load(first + g * group + c * kFloatPanelRows + part * V::lanes);
       _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) acc[g][part][t] =
-          V::fma(w, V::set1(x[t * cols + c]), acc[g][part][t]);
+          V::fma(w, V::set1(x[t * x_stride + c]), acc[g][part][t]);
     }
   }
   _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
@@ -310,7 +316,7 @@ inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t 
   const auto cut_group = [&](std::size_t g, std::size_t lo, std::size_t hi) {
     alignas(64) float out[kFloatPanelRows];
     for (std::size_t t = 0; t < n_tokens; ++t) {
-      float_x16_tile<1, 1>(panels + g * group, cols, x + t * cols, out, 0);
+      float_x16_tile<1, 1>(panels + g * group, cols, x + t * cols, cols, out, 0);
       for (std::size_t r = lo; r < hi; ++r) y[t * rows + r] = out[r % kFloatPanelRows];
     }
   };
@@ -328,7 +334,7 @@ inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t 
       // the next groups, whose panels are then read from memory once.
       const auto groups_for = [&](auto k_groups, std::size_t r0) {
         for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
-          float_x16_tile<k_groups(), k_tokens()>(panels + r0 / 16 * group, cols, x + t * cols,
+          float_x16_tile<k_groups(), k_tokens()>(panels + r0 / 16 * group, cols, x + t * cols, cols,
                                                  y + t * rows + r0, rows);
         });
       };
