@@ -397,13 +397,14 @@ Peaks measure_peaks(hllm::ThreadPool& pool, hllm::Isa isa) {
       p.int8 = measure_peak(pool, int8_loop_avx512, 12 * 64 * 2);
     }
     if (cpu.avx512_bf16) p.bf16 = measure_peak(pool, bf16_loop_avx512, 12 * 32 * 2);
-  } else if (isa == hllm::Isa::avx2) {
+  } else if (isa == hllm::Isa::avx2 || isa == hllm::Isa::avx_vnni) {
     p.fp32 = measure_peak(pool, fma_loop_avx2, 12 * 8 * 2);
-    p.int8 = measure_peak(pool, int8_loop_avx2, 12 * 32 * 2);
-  } else if (isa == hllm::Isa::avx_vnni && cpu.avx_vnni) {
-    p.fp32 = measure_peak(pool, fma_loop_avx2, 12 * 8 * 2);
-    p.int8 = measure_peak(pool, vnni_loop_avx_vnni, 12 * 32 * 2);
-    p.int8_kind = "AVX-VNNI";
+    if (isa == hllm::Isa::avx_vnni && cpu.avx_vnni) {
+      p.int8 = measure_peak(pool, vnni_loop_avx_vnni, 12 * 32 * 2);
+      p.int8_kind = "AVX-VNNI";
+    } else {
+      p.int8 = measure_peak(pool, int8_loop_avx2, 12 * 32 * 2);
+    }
   }
 #else
   (void)pool;

@@ -116,11 +116,13 @@ inline void bf16_x16_groups(const std::uint32_t* first, std::size_t groups, std:
     for (; g + 2 <= groups; g += 2)
       bf16_x16_group_tile<2, 1>(first + g * group_dwords, group_dwords, cols, x,
                                 y + g * kBf16PanelRows, rows);
+  // Two registers per 16 rows reach here with one token only.
   for (; g < groups; ++g)
-    for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
-      bf16_x16_group_tile<1, k_tokens()>(first + g * group_dwords, group_dwords, cols, x + t * cols,
-                                         y + t * rows + g * kBf16PanelRows, rows);
-    });
+    for_token_tiles<VecF32::lanes == kBf16PanelRows ? 4 : 1>(
+        n_tokens, [&](auto k_tokens, std::size_t t) {
+          bf16_x16_group_tile<1, k_tokens()>(first + g * group_dwords, group_dwords, cols,
+                                             x + t * cols, y + t * rows + g * kBf16PanelRows, rows);
+        });
 }
 #endif
 
