@@ -555,9 +555,11 @@ inline void interleave_rows16(const Block* w, std::size_t rows, std::size_t bloc
 //
 // bias = −128·sum and bias_lo = −128·sum_lo are the starting values of the panel kernels' integer
 // dot products (gemm_panels-inl.hpp), whose unsigned weight operands carry an offset of 128 with
-// VNNI: Σ (u − 128)·q = −128·Σq + Σ u·q (and a power of two dividing 128 without it); d_sum = d·sum weighs a Q4_K/Q5_K slice's minimum there. They
-// are stored so the hot loop reads each with a plain broadcast load instead of a multiply and a
-// move from a general register per block and token.
+// VNNI: Σ (u − 128)·q = −128·Σq + Σ u·q (and a power of two dividing 128 without it); d_sum = d·sum
+// weighs a Q4_K/Q5_K slice's minimum there. They are stored so the hot loop reads each with a plain
+// broadcast load instead of a multiply and a move from a general register per block and token.
+// neg_half_sums packs −Σ of each 16-value half as two int16 for Q6_K's emulated dot, whose offset
+// term is one vpmaddwd of them with the two scales (gemm_panels-inl.hpp, kScaledRuns).
 struct BlockQ8Act {
   float d;
   std::int32_t sum;
@@ -565,6 +567,7 @@ struct BlockQ8Act {
   std::int32_t bias;
   std::int32_t bias_lo;
   float d_sum;
+  std::uint32_t neg_half_sums;  // int16 pair: −sum_lo (low bits), −(sum − sum_lo) (high bits)
   std::int8_t qs[32];
 
   // Sets the sums and what is derived from them (d must be set first).
@@ -574,8 +577,11 @@ struct BlockQ8Act {
     bias = -128 * all;
     bias_lo = -128 * first_half;
     d_sum = d * static_cast<float>(all);
+    // |sums| ≤ 16·127: each fits an int16.
+    neg_half_sums = static_cast<std::uint16_t>(-first_half) |
+                    static_cast<std::uint32_t>(static_cast<std::uint16_t>(first_half - all)) << 16;
   }
 };
-static_assert(sizeof(BlockQ8Act) == 56);
+static_assert(sizeof(BlockQ8Act) == 60);
 
 }  // namespace hllm

@@ -74,6 +74,31 @@ inline std::int32_t offset_start(std::int32_t bias, int offset) {
   return offset == 0 ? 0 : bias / (128 / offset);
 }
 
+// Q6_K with the emulated dot: each 16-value sub-block's scale weighs its runs' int16 pair sums
+// in the widening vpmaddwd (dot_runs' run_weight) instead of 1, and the offset term
+// −32·(scale_lo·Σx_lo + scale_hi·Σx_hi) is one more vpmaddwd, of (32·scale_lo, 32·scale_hi)
+// against the activation's (−Σx_lo, −Σx_hi): one exact int32 chain per slice and token
+// (|scale·dot| < 2^24 per sub-block), scaled by d·d_x once, where two chains, two conversions and
+// two float scalings were. With VNNI the dot has no int16 runs: two chains, as before.
+template <class Block>
+inline constexpr bool kScaledRuns = std::is_same_v<Block, BlockQ6_K> && !kWideUnsigned;
+struct Q6kRunScales {
+  Lanes16::Int low, high;  // [16] row r's scale of values 0..15 (16..31) as an int16 pair
+  Lanes16::Int offsets;    // [16] (32·scale_lo, 32·scale_hi) of row r
+};
+// The run weights of a slice from its two sub-blocks' 16 row scales.
+inline Q6kRunScales q6_k_run_scales(const std::int8_t* low_scales, const std::int8_t* high_scales) {
+  using L = Lanes16;
+  const L::Int low = L::load_s8_int(low_scales), high = L::load_s8_int(high_scales);
+  return {L::pairs16(low, low), L::pairs16(high, high),
+          L::pairs16(L::shl32<5>(low), L::shl32<5>(high))};
+}
+// The chain's start: the slice's offset term, from its scales' `offsets`.
+inline Lanes16::Int q6_k_scaled_start(Lanes16::Int offsets, const BlockQ8Act& a) {
+  return Lanes16::madd16(offsets, Lanes16::splat32(static_cast<std::int32_t>(a.neg_half_sums)));
+}
+struct NoRunScales {};
+
 // The activation group a.qs[4k..4k+3] in every int32 lane (the signed operand of a panel dot).
 inline Lanes16::Int broadcast_group(const BlockQ8Act& a, std::size_t k) {
   std::int32_t group;
@@ -87,10 +112,12 @@ inline Lanes16::Int broadcast_group(const BlockQ8Act& a, std::size_t k) {
 template <class Block>
 struct alignas(64) PanelBlock {
   Lanes16::Int values[8];
-  Lanes16::Float scales;     // [16] row r's scale (Q6_K: of values 0..15)
-  Lanes16::Float scales_hi;  // [16] Q6_K: row r's scale of values 16..31
+  Lanes16::Float scales;     // [16] row r's scale (Q6_K: of values 0..15; kScaledRuns: d)
+  Lanes16::Float scales_hi;  // [16] Q6_K with VNNI: row r's scale of values 16..31
   Lanes16::Float mins;       // [16] Q4_K/Q5_K: row r's minimum, dmin·m_j; Q4_1: its m
   Lanes16::Int signs[kSignedPanel<Block> ? 8 : 1];  // kSignedPanel: the weights q (values |q|)
+  [[no_unique_address]] std::conditional_t<kScaledRuns<Block>, Q6kRunScales, NoRunScales>
+      run_scales;
 };
 
 // The high nibbles of q's bytes for a dot: with VNNI in place (q & 0xf0 = 16·nibble, one AND;
@@ -155,19 +182,19 @@ inline void panel_tile(const PanelBlock<Block>* panel, std::size_t n, const Bloc
   for (std::size_t b = 0; b < n; ++b) {
     const PanelBlock<Block>& p = panel[b];
     // Several tokens' dot chains interleaved: a dot has a latency of several cycles
-    // (docs/performance.md). AVX-512: eight (Q6_K four: its two accumulators per token would
-    // not fit the 32 registers with eight); AVX2 has 16 registers of half the width: two, or
-    // four with AVX-VNNI, whose one-instruction dot is latency-bound at two (Q6_K stays at two).
+    // (docs/performance.md). AVX-512: eight (Q6_K with VNNI four: its two accumulators per token
+    // would not fit the 32 registers with eight); AVX2 has 16 registers of half the width: two,
+    // or four with AVX-VNNI, whose one-instruction dot is latency-bound at two (Q6_K stays at two).
+    constexpr bool kTwoChainsPerToken = std::is_same_v<Block, BlockQ6_K> && !kScaledRuns<Block>;
     constexpr std::size_t kChains = std::min<std::size_t>(
-        kTokens, HLLM_ISA_LEVEL == 1
-                     ? (HLLM_QUANT_VNNI && !std::is_same_v<Block, BlockQ6_K> ? 4 : 2)
-                 : std::is_same_v<Block, BlockQ6_K> ? 4
-                                                    : 8);
+        kTokens, HLLM_ISA_LEVEL == 1  ? (HLLM_QUANT_VNNI && !kTwoChainsPerToken ? 4 : 2)
+                 : kTwoChainsPerToken ? 4
+                                      : 8);
     _Pragma("GCC unroll 2") for (std::size_t j0 = 0; j0 < kTokens; j0 += kChains) {
       const BlockQ8Act* a[kChains];
       _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) a[c] =
           &x[(j0 + c) * x_stride + b];
-      if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+      if constexpr (kTwoChainsPerToken) {
         // Two scales per slice: each 16-value half has its own accumulator and offset.
         L::Int dot[2 * kChains];  // [half][chain]
         _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
@@ -187,13 +214,23 @@ inline void panel_tile(const PanelBlock<Block>* panel, std::size_t n, const Bloc
         }
       } else {
         L::Int dot[kChains];
-        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) dot[c] =
-            L::splat32(offset_start(a[c]->bias, kPanelOffset<Block>));
-        dot_runs<kPanelMax<Block>, 8>(dot, [&](std::size_t k, std::size_t c, L::Int& u, L::Int& s) {
+        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+          if constexpr (kScaledRuns<Block>)
+            dot[c] = q6_k_scaled_start(p.run_scales.offsets, *a[c]);
+          else
+            dot[c] = L::splat32(offset_start(a[c]->bias, kPanelOffset<Block>));
+        }
+        const auto operands = [&](std::size_t k, std::size_t c, L::Int& u, L::Int& s) {
           u = p.values[k];
           s = broadcast_group(*a[c], k);
           if constexpr (kSignedPanel<Block>) s = L::sign8(s, p.signs[k]);
-        });
+        };
+        if constexpr (kScaledRuns<Block>)
+          dot_runs<kPanelMax<Block>, 8>(dot, operands, [&](std::size_t k0, std::size_t) {
+            return k0 < 4 ? p.run_scales.low : p.run_scales.high;
+          });
+        else
+          dot_runs<kPanelMax<Block>, 8>(dot, operands);
         _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
           const L::Float d = L::splat(a[c]->d);
           acc[j0 + c] = L::fma(L::to_float(dot[c]), L::mul(p.scales, d), acc[j0 + c]);
@@ -256,8 +293,13 @@ struct Interleaved16Panels {
         const std::size_t j = b % 8, i = j % 4;
         const BlockQ6_Kx16::Half& half = unit.halves[j / 4];
         const L::Float d = L::load(unit.d);
-        p.scales = L::mul(d, L::load_s8(half.scales[2 * i]));
-        p.scales_hi = L::mul(d, L::load_s8(half.scales[2 * i + 1]));
+        if constexpr (kScaledRuns<Block>) {
+          p.scales = d;
+          p.run_scales = q6_k_run_scales(half.scales[2 * i], half.scales[2 * i + 1]);
+        } else {
+          p.scales = L::mul(d, L::load_s8(half.scales[2 * i]));
+          p.scales_hi = L::mul(d, L::load_s8(half.scales[2 * i + 1]));
+        }
         _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
           L::Int q[4];
           q6_k_panel_quants(half, k, q);

@@ -408,8 +408,10 @@ inline void decode_group16(const BlockQ5_Kx16* w, const BlockQ8Act* x, std::size
 // started at their offset term −32·Σx (slice 3, whose values come as 4·q with VNNI: −128·Σx, the
 // activation block's bias_lo and bias − bias_lo, its dots divided by 4 at the end, exactly).
 // Then each sub-block's dot, weighed by d·scale·d_x, goes into one accumulator, slice after
-// slice and low half before high, in the packed GEMM's order (panel_tile). The integer dots are
-// exact, so they may run in any grouping: sub-block by sub-block, so the half's registers are
+// slice and low half before high, in the packed GEMM's order (panel_tile). With the emulated dot
+// (kScaledRuns) a slice's two sub-blocks share one chain instead, started at the slice's offset
+// term, their runs weighed by their scales, and the slice's dot weighed by d·d_x. The integer dots
+// are exact, so they may run in any grouping: sub-block by sub-block, so the half's registers are
 // first touched in address order (the hardware prefetcher loses a DRAM stream that jumps back
 // and forth between the two sub-blocks' registers: 3-4x slower on the Zen 4 VM), in passes of
 // kQ6kPassSlices slices (kQ6kSliceOrder: slice 3, which reads all three registers of a group,
@@ -431,31 +433,52 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
       __builtin_prefetch(half.scales[4]);
       const BlockQ8Act* a = x + 8 * s + 4 * h;
       const auto times4 = [](std::size_t i) { return i == 3 && kSlice3Times4; };
-      L::Int dot[8];  // [slice i][16-value sub-block]: 2i + sub
+      // [slice i][16-value sub-block]: 2i + sub; kScaledRuns: [slice i], the sub-blocks' runs
+      // weighed by their scales in one chain (gemm_panels-inl.hpp)
+      constexpr bool kScaled = kScaledRuns<BlockQ6_K>;
+      L::Int dot[8];
+      const auto slot = [](std::size_t i, std::size_t sub) { return kScaled ? i : 2 * i + sub; };
       _Pragma("GCC unroll 2") for (std::size_t sub = 0; sub < 2; ++sub)
           _Pragma("GCC unroll 2") for (std::size_t p = 0; p < 4; p += kQ6kPassSlices) {
         L::Int chain[kQ6kPassSlices];
         _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kQ6kPassSlices; ++c) {
           const std::size_t i = kQ6kSliceOrder[p + c];
           const int offset = times4(i) ? 128 : 32;
-          chain[c] =
-              L::splat32(offset_start(sub == 0 ? a[i].bias_lo : a[i].bias - a[i].bias_lo, offset));
+          if constexpr (kScaled)
+            chain[c] =
+                sub == 0
+                    ? q6_k_scaled_start(
+                          q6_k_run_scales(half.scales[2 * i], half.scales[2 * i + 1]).offsets, a[i])
+                    : dot[i];
+          else
+            chain[c] = L::splat32(
+                offset_start(sub == 0 ? a[i].bias_lo : a[i].bias - a[i].bias_lo, offset));
         }
-        dot_runs<kPanelMax<BlockQ6_K>, 4>(
-            chain, [&](std::size_t kk, std::size_t c, L::Int& v, L::Int& x_group) {
-              const std::size_t i = kQ6kSliceOrder[p + c], k = 4 * sub + kk;
-              v = q6_k_slice_quants(half, k, i);
-              x_group = broadcast_group(a[i], k);
-            });
+        const auto operands = [&](std::size_t kk, std::size_t c, L::Int& v, L::Int& x_group) {
+          const std::size_t i = kQ6kSliceOrder[p + c], k = 4 * sub + kk;
+          v = q6_k_slice_quants(half, k, i);
+          x_group = broadcast_group(a[i], k);
+        };
+        if constexpr (kScaled)
+          dot_runs<kPanelMax<BlockQ6_K>, 4>(chain, operands, [&](std::size_t, std::size_t c) {
+            const L::Int scale = L::load_s8_int(half.scales[2 * kQ6kSliceOrder[p + c] + sub]);
+            return L::pairs16(scale, scale);
+          });
+        else
+          dot_runs<kPanelMax<BlockQ6_K>, 4>(chain, operands);
         _Pragma("GCC unroll 4") for (std::size_t c = 0; c < kQ6kPassSlices; ++c)
-            dot[2 * kQ6kSliceOrder[p + c] + sub] = chain[c];
+            dot[slot(kQ6kSliceOrder[p + c], sub)] = chain[c];
       }
       _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
         const L::Float d_x = L::splat(a[i].d);
-        _Pragma("GCC unroll 2") for (std::size_t sub = 0; sub < 2; ++sub) {
-          const L::Int exact = times4(i) ? L::sar32<2>(dot[2 * i + sub]) : dot[2 * i + sub];
-          const L::Float scale = L::mul(d, L::load_s8(half.scales[2 * i + sub]));
-          acc = L::fma(L::to_float(exact), L::mul(scale, d_x), acc);
+        if constexpr (kScaled) {
+          acc = L::fma(L::to_float(dot[i]), L::mul(d, d_x), acc);
+        } else {
+          _Pragma("GCC unroll 2") for (std::size_t sub = 0; sub < 2; ++sub) {
+            const L::Int exact = times4(i) ? L::sar32<2>(dot[2 * i + sub]) : dot[2 * i + sub];
+            const L::Float scale = L::mul(d, L::load_s8(half.scales[2 * i + sub]));
+            acc = L::fma(L::to_float(exact), L::mul(scale, d_x), acc);
+          }
         }
       }
     }

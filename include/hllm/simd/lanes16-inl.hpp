@@ -9,7 +9,9 @@
 // Interface (static members of Lanes16): Int: load_int(p) (64 bytes), splat32, splat8, zero_int,
 // bit_and, bit_or, bit_xor, select(a, b, mask) (bits of b where mask is set, else of a),
 // shr16<n>, shr32<n>, shl32<n>, sar32<n>, shr32(v, n), add8, add32, abs8, sign8(x, q) (x negated
-// where q < 0), keep_order(v) (a compiler barrier on v), dot(acc, u, s) (each int32 lane plus its
+// where q < 0), keep_order(v) (a compiler barrier on v), madd16(a, b) (each int32 lane the sum of
+// its two int16 products, vpmaddwd), pairs16(low, high) (int16 pairs from two lanes' low 16
+// bits), load_s8_int(p) (16 bytes as int32 lanes), dot(acc, u, s) (each int32 lane plus its
 // four u·s products: u unsigned bytes, s signed), and dot_runs (below: several chains of dots, the
 // emulated dot's int16 sums added in runs); Float: to_float, load(const float*), load(const f16*),
 // load_u8 / load_s8 (16 bytes as floats), store, splat, zero, mul, fma(a, b, c) = a·b + c, fnma(a,
@@ -65,6 +67,13 @@ struct Lanes16 {
   static void keep_order(Int& a) { __asm__("" : "+v"(a)); }
   static Int widen_pairs(Int acc, Int p) {
     return _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1)));
+  }
+  static Int madd16(Int a, Int b) { return _mm512_madd_epi16(a, b); }
+  static Int pairs16(Int low, Int high) {
+    return _mm512_mask_blend_epi16(0xAAAAAAAA, low, _mm512_slli_epi32(high, 16));
+  }
+  static Int load_s8_int(const std::int8_t* p) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static Int dot(Int acc, Int u, Int s) {
 #if HLLM_QUANT_VNNI
@@ -168,6 +177,17 @@ struct Lanes16 {
     return {_mm256_add_epi32(acc.lo, _mm256_madd_epi16(p.lo, one)),
             _mm256_add_epi32(acc.hi, _mm256_madd_epi16(p.hi, one))};
   }
+  static Int madd16(Int a, Int b) {
+    return {_mm256_madd_epi16(a.lo, b.lo), _mm256_madd_epi16(a.hi, b.hi)};
+  }
+  static Int pairs16(Int low, Int high) {
+    return {_mm256_blend_epi16(low.lo, _mm256_slli_epi32(high.lo, 16), 0xAA),
+            _mm256_blend_epi16(low.hi, _mm256_slli_epi32(high.hi, 16), 0xAA)};
+  }
+  static Int load_s8_int(const std::int8_t* p) {
+    return {_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
+  }
   static Int dot(Int acc, Int u, Int s) {
 #if HLLM_QUANT_VNNI
     return {_mm256_dpbusd_avx_epi32(acc.lo, u.lo, s.lo),
@@ -221,12 +241,20 @@ struct Lanes16 {
 // widening, as many as cannot reach 2^15 (2·kMaxUnsigned·127 each). keep_order (an empty asm
 // statement) pins each sum where it is: left free, GCC reassociated the run into a tree whose
 // leaves, every group's vpmaddubsw, were all live at once and spilled to the stack.
-template <int kMaxUnsigned, std::size_t kGroups, std::size_t kChains, class Operands>
-inline void dot_runs(Lanes16::Int (&acc)[kChains], Operands operands) {
+// run_weight(k0, c) (int16 pairs, default 1) multiplies chain c's run that starts at group k0
+// as it is widened, for free: a Q6_K sub-block's scale (gemm_panels-inl.hpp, kScaledRuns). Only
+// the emulated dot has runs to weigh.
+struct OneRunWeight {
+  Lanes16::Int operator()(std::size_t, std::size_t) const { return Lanes16::splat32(0x00010001); }
+};
+template <int kMaxUnsigned, std::size_t kGroups, std::size_t kChains, class Operands,
+          class RunWeight = OneRunWeight>
+inline void dot_runs(Lanes16::Int (&acc)[kChains], Operands operands, RunWeight run_weight = {}) {
   static_assert(HLLM_QUANT_VNNI || kMaxUnsigned <= 128, "vpmaddubsw pairs saturate past u = 128");
   constexpr std::size_t kRun = 32767 / (2 * kMaxUnsigned * 127);
   Lanes16::Int u, s;
   if constexpr (HLLM_QUANT_VNNI || kRun < 2) {
+    static_assert(std::is_same_v<RunWeight, OneRunWeight>, "only runs of int16 pairs are weighed");
     _Pragma("GCC unroll 8") for (std::size_t k = 0; k < kGroups; ++k)
         _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
       operands(k, c, u, s);
@@ -249,7 +277,7 @@ inline void dot_runs(Lanes16::Int (&acc)[kChains], Operands operands) {
         Lanes16::keep_order(pairs[c]);
       }
       _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) acc[c] =
-          Lanes16::widen_pairs(acc[c], pairs[c]);
+          Lanes16::add32(acc[c], Lanes16::madd16(pairs[c], run_weight(k0, c)));
     }
   }
 }
