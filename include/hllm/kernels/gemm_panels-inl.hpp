@@ -24,9 +24,8 @@
 // would saturate on such bytes, so without VNNI the values stay small: Q4_0 nibbles and Q6_K
 // values as they are, starting at their own offset terms (bias/16 = −8·Σx; Q6_K's, weighed by
 // its two scales, below: kScaledRuns), and Q8_0 as |q| against the activation with q's sign
-// (vpsignb), starting at 0. Each block's
-// integer dot is exact (32 terms below 2^15 each), then scaled by d_w·d_x and accumulated in
-// float, block by block in order, as the scalar twin does.
+// (vpsignb), starting at 0. Each block's integer dot is exact (32 terms below 2^15 each), then
+// scaled by d_w·d_x and accumulated in float, block by block in order, as the scalar twin does.
 
 #if HLLM_ISA_LEVEL >= 1
 

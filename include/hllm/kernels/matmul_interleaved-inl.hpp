@@ -241,9 +241,9 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 // decode reads its panels front to back, and on Intel's cores the hardware prefetcher alone kept
 // the Q4_0, Q4_1 and Q8_0 panel decodes 10-20% below what they read with this, and asking for
 // the lines in L1 (prefetcht0, 2 KiB ahead) 2-15% below (docs/performance.md, "Layouts and
-// kernels"). The K-quants' decodes, which ask for their
-// scale lines first, were slower with it either way. The address may lie past the matrix (the
-// next group's panels follow it; a prefetch never faults), so it is formed as an integer.
+// kernels"). The K-quants' decodes, which ask for their scale lines first, were slower with it
+// either way. The address may lie past the matrix (the next group's panels follow it; a
+// prefetch never faults), so it is formed as an integer.
 inline constexpr std::size_t kStreamPrefetchBytes = 3072;
 inline void prefetch_stream_ahead(const void* unit, std::size_t bytes) {
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(unit) + kStreamPrefetchBytes;
