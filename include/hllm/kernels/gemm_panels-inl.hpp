@@ -86,12 +86,23 @@ struct Q6kRunScales {
   Lanes16::Int low, high;  // [16] row r's scale of values 0..15 (16..31) as an int16 pair
   Lanes16::Int offsets;    // [16] (32·scale_lo, 32·scale_hi) of row r
 };
+// A sub-block's run weight: row r's scale (of its 16 values) as an int16 pair.
+inline Lanes16::Int q6_k_run_weight(const std::int8_t* scales) {
+  const Lanes16::Int scale = Lanes16::load_s8_int(scales);
+  return Lanes16::pairs16(scale, scale);
+}
+// The offset term's weights of a slice, (32·scale_lo, 32·scale_hi), from its two sub-blocks'
+// 16 row scales.
+inline Lanes16::Int q6_k_run_offsets(const std::int8_t* low_scales,
+                                     const std::int8_t* high_scales) {
+  using L = Lanes16;
+  return L::pairs16(L::shl32<5>(L::load_s8_int(low_scales)),
+                    L::shl32<5>(L::load_s8_int(high_scales)));
+}
 // The run weights of a slice from its two sub-blocks' 16 row scales.
 inline Q6kRunScales q6_k_run_scales(const std::int8_t* low_scales, const std::int8_t* high_scales) {
-  using L = Lanes16;
-  const L::Int low = L::load_s8_int(low_scales), high = L::load_s8_int(high_scales);
-  return {L::pairs16(low, low), L::pairs16(high, high),
-          L::pairs16(L::shl32<5>(low), L::shl32<5>(high))};
+  return {q6_k_run_weight(low_scales), q6_k_run_weight(high_scales),
+          q6_k_run_offsets(low_scales, high_scales)};
 }
 // The chain's start: the slice's offset term, from its scales' `offsets`.
 inline Lanes16::Int q6_k_scaled_start(Lanes16::Int offsets, const BlockQ8Act& a) {

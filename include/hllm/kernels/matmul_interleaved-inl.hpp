@@ -445,11 +445,10 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
           const std::size_t i = kQ6kSliceOrder[p + c];
           const int offset = times4(i) ? 128 : 32;
           if constexpr (kScaled)
-            chain[c] =
-                sub == 0
-                    ? q6_k_scaled_start(
-                          q6_k_run_scales(half.scales[2 * i], half.scales[2 * i + 1]).offsets, a[i])
-                    : dot[i];
+            chain[c] = sub == 0
+                           ? q6_k_scaled_start(
+                                 q6_k_run_offsets(half.scales[2 * i], half.scales[2 * i + 1]), a[i])
+                           : dot[i];
           else
             chain[c] = L::splat32(
                 offset_start(sub == 0 ? a[i].bias_lo : a[i].bias - a[i].bias_lo, offset));
@@ -461,8 +460,7 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
         };
         if constexpr (kScaled)
           dot_runs<kPanelMax<BlockQ6_K>, 4>(chain, operands, [&](std::size_t, std::size_t c) {
-            const L::Int scale = L::load_s8_int(half.scales[2 * kQ6kSliceOrder[p + c] + sub]);
-            return L::pairs16(scale, scale);
+            return q6_k_run_weight(half.scales[2 * kQ6kSliceOrder[p + c] + sub]);
           });
         else
           dot_runs<kPanelMax<BlockQ6_K>, 4>(chain, operands);
