@@ -241,9 +241,10 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 // decode reads its panels front to back, and on Intel's cores the hardware prefetcher alone kept
 // the Q4_0, Q4_1 and Q8_0 panel decodes 10-20% below what they read with this, and asking for
 // the lines in L1 (prefetcht0, 2 KiB ahead) 2-15% below (docs/performance.md, "Layouts and
-// kernels"). The K-quants' decodes, which ask for their scale lines first, were slower with it
-// either way. The address may lie past the matrix (the next group's panels follow it; a
-// prefetch never faults), so it is formed as an integer.
+// kernels"). Q6_K's decode asks for them too (5-30% faster on an Emerald Rapids Xeon); Q4_K's
+// and Q5_K's, which ask for their scale and fifth-bit lines first, were no faster or slower.
+// The address may lie past the matrix (the next group's panels follow it; a prefetch never
+// faults), so it is formed as an integer.
 inline constexpr std::size_t kStreamPrefetchBytes = 3072;
 inline void prefetch_stream_ahead(const void* unit, std::size_t bytes) {
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(unit) + kStreamPrefetchBytes;
@@ -276,8 +277,8 @@ inline constexpr std::size_t kDecodeBelowTokens = kDecodeTokens<Block> == 1 ? kP
 // after each block's scaled dot: m·d_x·Σx (d_sum), 16 rows at once. The high nibbles run a second
 // chain (high_nibbles: with VNNI multiplied in place as q & 0xf0). The unit's bytes are read in
 // address order (alternating the two columns' loads halves the rate at which the hardware
-// prefetcher streams the panels from DRAM), the lines 2 KiB on asked for in passing
-// (prefetch_stream_ahead), once for all kTokens tokens, whose chains take the
+// prefetcher streams the panels from DRAM), the lines kStreamPrefetchBytes on asked for in
+// passing (prefetch_stream_ahead), once for all kTokens tokens, whose chains take the
 // same operations in the same order as one token's would. Each block's scaled dot is added to
 // one accumulator per token, block after block, exactly as the packed GEMM (panel_tile) sums a
 // token's row: the kernels are batch invariant, a token's outputs the same bits whichever runs
@@ -415,7 +416,8 @@ inline void decode_group16(const BlockQ5_Kx16* w, const BlockQ8Act* x, std::size
 // first touched in address order (the hardware prefetcher loses a DRAM stream that jumps back
 // and forth between the two sub-blocks' registers: 3-4x slower on the Zen 4 VM), in passes of
 // kQ6kPassSlices slices (kQ6kSliceOrder: slice 3, which reads all three registers of a group,
-// first, so a later pass finds its lines in L1).
+// first, so a later pass finds its lines in L1). The next unit's lines are asked for in passing
+// (prefetch_stream_ahead), the half's scale lines before its quants.
 inline constexpr std::size_t kQ6kSliceOrder[4] = {3, 0, 1, 2};
 // All four slices' chains at once where 32 registers hold them (AVX-512); two on AVX2, whose 16
 // registers hold two chains and their run sums (eight spilled in every group).
@@ -427,6 +429,7 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
   for (std::size_t s = 0; s < supers; ++s) {
     const BlockQ6_Kx16& unit = w[s];
     const L::Float d = L::load(unit.d);
+    prefetch_stream_ahead(&unit, sizeof(unit));
     _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
       const BlockQ6_Kx16::Half& half = unit.halves[h];
       __builtin_prefetch(half.scales[0]);  // read after the quants: asked for first
