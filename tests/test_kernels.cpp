@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -1591,6 +1593,82 @@ TEST(ThreadPool, AStalledThreadLeavesTheOtherChunksToTheRest) {
     by_stalled += runner[i].load() == runner[0].load();
   }
   EXPECT_EQ(by_stalled, 1u);
+}
+
+// CoreSharing::leave_busy_cores, with the machine's runnable-task count replaced by
+// fake_runnable: while other processes' tasks fill the CPUs, jobs run on the caller alone; when
+// the CPUs are free again, on every thread; a count that is busy only now and then changes
+// nothing. Each job's chunks sleep, so the workers have time to wake and claim.
+std::atomic<std::size_t> fake_runnable{0};
+std::atomic<bool> fake_alternates{false};
+std::optional<std::size_t> fake_runnable_tasks() {
+  static std::atomic<std::size_t> calls{0};
+  if (fake_alternates.load() && calls.fetch_add(1) % 2 == 1) return std::size_t{1};
+  return fake_runnable.load();
+}
+// Runs 8-chunk jobs for `ms` milliseconds and returns the threads that ran chunks of them.
+std::set<std::size_t> run_jobs_for(hllm::ThreadPool& pool, int ms) {
+  std::set<std::size_t> ran;
+  std::mutex mutex;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    pool.for_chunks(8, [&](std::size_t, std::size_t thread) {
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+      const std::lock_guard<std::mutex> lock(mutex);
+      ran.insert(thread);
+    });
+  }
+  return ran;
+}
+
+TEST(ThreadPool, StepsAsideWhileOtherProcessesHoldItsCores) {
+  const std::size_t cpus = hllm::whole_machine_cpus();
+  if (cpus < 2) GTEST_SKIP() << "the process may not use every CPU, or there is only one";
+  fake_alternates = false;
+  fake_runnable = 1;  // no more than the pool's own threads: the CPUs are free
+  hllm::ThreadPool pool(2, hllm::CoreSharing::leave_busy_cores, fake_runnable_tasks);
+  EXPECT_EQ(run_jobs_for(pool, 100), (std::set<std::size_t>{0, 1}));
+  EXPECT_EQ(pool.active_threads(), 2u);
+
+  fake_runnable = 2 + cpus;  // other processes' tasks on every CPU
+  run_jobs_for(pool, 100);   // 10 counts, 3 in a row step aside
+  EXPECT_EQ(pool.active_threads(), 1u);
+  EXPECT_EQ(run_jobs_for(pool, 30), std::set<std::size_t>{0});
+
+  fake_runnable = 1;  // the caller alone (the worker sleeps): free again
+  run_jobs_for(pool, 30);
+  EXPECT_EQ(pool.active_threads(), 2u);
+  EXPECT_EQ(run_jobs_for(pool, 200), (std::set<std::size_t>{0, 1}));
+
+  hllm::ThreadPool fixed(2, hllm::CoreSharing::use_all, fake_runnable_tasks);
+  fake_runnable = 2 + cpus;
+  EXPECT_EQ(run_jobs_for(fixed, 60), (std::set<std::size_t>{0, 1}));
+  EXPECT_EQ(fixed.active_threads(), 2u);
+}
+
+TEST(ThreadPool, AnOccasionalBusyCountChangesNothing) {
+  const std::size_t cpus = hllm::whole_machine_cpus();
+  if (cpus < 2) GTEST_SKIP() << "the process may not use every CPU, or there is only one";
+  fake_runnable = 2 + cpus;
+  fake_alternates = true;  // busy at every other count only
+  hllm::ThreadPool pool(2, hllm::CoreSharing::leave_busy_cores, fake_runnable_tasks);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  while (std::chrono::steady_clock::now() < end) {
+    run_jobs_for(pool, 5);
+    ASSERT_EQ(pool.active_threads(), 2u);
+  }
+  fake_alternates = false;
+}
+
+// The real count reads: at least the reading thread itself is runnable.
+TEST(ThreadPool, CountsTheMachinesRunnableTasks) {
+  const std::optional<std::size_t> runnable = hllm::runnable_tasks();
+#if defined(__linux__)
+  ASSERT_TRUE(runnable.has_value());
+  EXPECT_GE(*runnable, 1u);
+#else
+  EXPECT_FALSE(runnable.has_value());
+#endif
 }
 
 TEST(ThreadPool, RejectsZeroAndAbsurdThreadCounts) {

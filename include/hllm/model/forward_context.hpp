@@ -60,13 +60,14 @@ class ForwardContext {
  public:
   // max_tokens: checked by the caller (checked_forward_tokens). threads 0: the physical core
   // count; isa unset: HLLM_ISA, else the best this CPU has; exact: float32 activations for
-  // quantized weights too (no 8-bit scratch).
+  // quantized weights too (no 8-bit scratch). The pool steps aside for other processes' busy
+  // cores (CoreSharing::leave_busy_cores; HLLM_FIXED_THREADS=1 turns that off).
   ForwardContext(const ModelConfig& config, std::size_t rot_dims, std::size_t max_tokens,
                  std::size_t threads, std::optional<Isa> isa, bool exact)
       : max_tokens_(max_tokens),
         scratch_(config, max_tokens, rot_dims / 2),
         activations_(exact ? 0 : activation_blocks(config, max_tokens)),
-        pool_(threads ? threads : default_thread_count()),
+        pool_(threads ? threads : default_thread_count(), CoreSharing::leave_busy_cores),
         compute_(isa ? kernels::table_for(*isa) : kernels::active(), pool_, activations_.span(),
                  {widest_matmul_input(config), max_tokens}) {}
 
