@@ -120,7 +120,9 @@ class ThreadPool {
   explicit ThreadPool(std::size_t n_threads = default_thread_count(),
                       CoreSharing sharing = CoreSharing::use_all,
                       RunnableTasksFn count_runnable = runnable_tasks)
-      : n_threads_(n_threads), active_(n_threads), count_runnable_(count_runnable) {
+      : n_threads_(n_threads),
+        count_runnable_(count_runnable),
+        taking_part_(static_cast<std::uint32_t>(n_threads)) {
     if (n_threads == 0 || n_threads > kMaxThreads)
       throw Error(ErrorKind::invalid_argument, "thread count must be in [1, " +
                                                    std::to_string(kMaxThreads) + "], got " +
@@ -145,9 +147,11 @@ class ThreadPool {
   }
 
   std::size_t size() const noexcept { return n_threads_; }
-  // The threads the latest job was spread over: size(), or fewer while the pool steps aside
+  // The threads the next job is spread over: size(), or fewer while the pool steps aside
   // for other processes (CoreSharing::leave_busy_cores).
-  std::size_t active_threads() const noexcept { return active_; }
+  std::size_t active_threads() const noexcept {
+    return taking_part_.load(std::memory_order_relaxed);
+  }
 
   // Calls fn(chunk, thread) once for every chunk in [0, n_chunks) and returns when all calls
   // have returned. The threads (the caller is thread 0 and takes part) claim chunks until none
@@ -165,7 +169,8 @@ class ThreadPool {
     if (n_chunks > kMaxChunks)
       throw Error(ErrorKind::invalid_argument, std::to_string(n_chunks) + " chunks in one job");
     if (machine_cpus_ != 0) step_aside_for_busy_cores();
-    if (active_ == 1 || n_chunks <= 1) {
+    const std::size_t active = active_threads();
+    if (active == 1 || n_chunks <= 1) {
       for (std::size_t i = 0; i < n_chunks; ++i) fn(i, std::size_t{0});
       return;
     }
@@ -180,10 +185,10 @@ class ThreadPool {
     // Each lane store publishes job_, job_context_, n_chunks_ and done_ to every thread whose
     // claim reads it; the generation publishes all of them to the workers it wakes.
     for (std::size_t i = 0; i < n_threads_; ++i)
-      lanes_[i].word.store(
-          i < active_ ? lane_word(job, n_chunks * i / active_, n_chunks * (i + 1) / active_)
-                      : lane_word(job, 0, 0),
-          std::memory_order_release);
+      lanes_[i].word.store(i < active
+                               ? lane_word(job, n_chunks * i / active, n_chunks * (i + 1) / active)
+                               : lane_word(job, 0, 0),
+                           std::memory_order_release);
     generation_.store(job, std::memory_order_release);
     generation_.notify_all();
     run_chunks(job, 0);
@@ -273,16 +278,15 @@ class ThreadPool {
     const std::size_t others = *runnable > ours ? *runnable - ours : 0;
     const std::size_t free_cpus = machine_cpus_ > others ? machine_cpus_ - others : 1;
     const std::size_t wanted = std::clamp<std::size_t>(free_cpus, 1, n_threads_);
-    if (wanted >= active_) {
+    const std::size_t active = active_threads();
+    if (wanted >= active) {
       busy_counts_ = 0;
-      if (wanted > active_) {
-        active_ = wanted;
+      if (wanted > active) {
         taking_part_.store(static_cast<std::uint32_t>(wanted), std::memory_order_release);
         taking_part_.notify_all();
       }
     } else if (++busy_counts_ >= kBusySamples) {
       busy_counts_ = 0;
-      active_ = wanted;
       taking_part_.store(static_cast<std::uint32_t>(wanted), std::memory_order_release);
     }
   }
@@ -373,17 +377,17 @@ class ThreadPool {
   }
 
   std::size_t n_threads_;
-  std::size_t active_;  // threads the next job is spread over (the caller's alone to change)
   RunnableTasksFn count_runnable_;
   std::size_t machine_cpus_ = 0;  // leave_busy_cores: the machine's CPUs; 0: use all threads
   std::chrono::steady_clock::time_point next_count_{};
-  std::size_t busy_counts_ = 0;  // counts in a row that wanted fewer threads than active_
+  std::size_t busy_counts_ = 0;  // counts in a row that wanted fewer threads than take part
   std::vector<std::thread> workers_;
   // The atomics threads wait on are 32-bit, so a wait is a futex on their own address:
   // libstdc++ waits on wider ones through proxies shared by all of a process's atomics, where one
   // pool's notifications woke another pool's sleeping workers (thousands of times a second).
-  alignas(64) std::atomic<std::uint32_t> taking_part_{kMaxThreads};  // workers below it take part
-  std::atomic<std::size_t> asleep_{0};                               // workers waiting on a futex
+  // The threads jobs are spread over (workers below it take part); only the caller changes it.
+  alignas(64) std::atomic<std::uint32_t> taking_part_;
+  std::atomic<std::size_t> asleep_{0};                    // workers waiting on a futex
   alignas(64) std::atomic<std::uint32_t> generation_{0};  // the latest job's number (wraps)
   std::unique_ptr<Lane[]> lanes_;                   // [n_threads_]: each thread's chunks of the job
   alignas(64) std::atomic<std::uint32_t> done_{0};  // chunks of the latest job finished
