@@ -35,14 +35,7 @@
 #include "hllm/model/llama.hpp"
 #include "hllm/model/presets.hpp"
 #include "hllm/model/session.hpp"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HLLM_PEAK_RSS_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define HLLM_PEAK_RSS_SANITIZED 1
-#endif
-#endif
+#include "sanitizer.hpp"
 
 namespace {
 
@@ -156,7 +149,7 @@ int load_and_measure(const std::string& path, std::size_t context) {
 }  // namespace
 
 int main(int argc, char** argv) {
-#ifdef HLLM_PEAK_RSS_SANITIZED
+#if HLLM_TEST_SANITIZED
   std::printf("skipped: a sanitizer's shadow memory makes resident memory meaningless\n");
   return 77;
 #endif

@@ -257,11 +257,19 @@ TEST_P(FamilyCheckpoint, Q8_0ConversionStaysClose) {
   if (std::string(f.name) != "deepseek3") {
     EXPECT_TRUE(all_close(scalar_logits, g["logits"], f.experts > 0 ? 0.25f : 0.1f));
   }
+  // Each ISA's activations differ from the scalar ISA's in their last bits, so now and then an
+  // activation that lies on a rounding boundary of its 8-bit block rounds the other way: one
+  // step of its block's scale, which these tiny random models carry to its token's logits as up
+  // to about 1% of their scale (qwen2moe built with clang: token 36 of 40, 0.6%, its router
+  // logits up to 1% apart, the same experts chosen; the other tokens within 2e-4). A kernel that
+  // mistakes a block, a scale or a tail is off by the logits' whole scale.
+  constexpr float kIsaAgreement = 0.01f;
   const std::size_t vocab = model.vocab_size(), last = tokens.size() - 1;
   for (hllm::Isa isa : hllm::test::supported_isas()) {
     SCOPED_TRACE(hllm::to_string(isa));
     hllm::Session<> session(model, {.threads = 2, .isa = isa});
-    EXPECT_TRUE(all_close(session.prefill(tokens, hllm::Logits::all), scalar_logits, 1e-3f));
+    EXPECT_TRUE(
+        all_close(session.prefill(tokens, hllm::Logits::all), scalar_logits, kIsaAgreement));
     // The last token decoded after the others (8-bit activations through the decode paths:
     // with experts, every chosen expert's rows in one job per projection), in a session of
     // one-token chunks, whose activation scratch is the smallest a session has.
@@ -269,7 +277,7 @@ TEST_P(FamilyCheckpoint, Q8_0ConversionStaysClose) {
     one.prefill(std::span(tokens).first(last));
     const std::span<const float> decoded = one.decode(tokens[last]);
     EXPECT_TRUE(all_close(std::vector<float>(decoded.begin(), decoded.end()),
-                          std::span(scalar_logits).subspan(last * vocab, vocab), 1e-3f));
+                          std::span(scalar_logits).subspan(last * vocab, vocab), kIsaAgreement));
   }
 }
 

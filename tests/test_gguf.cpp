@@ -31,6 +31,7 @@
 #include "hllm/model/llama.hpp"
 #include "hllm/model/repack.hpp"
 #include "hllm/model/session.hpp"
+#include "sanitizer.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -1214,13 +1215,6 @@ TEST(FiniteCheck, EveryQuantizedType) {
 // allocation they would need. The proof runs in a child process whose address space is capped
 // 1 GiB above what it already uses, so an attempt to allocate what the file claims would fail
 // as std::bad_alloc (or worse) instead of passing unnoticed on a machine with memory to spare.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HLLM_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define HLLM_TEST_SANITIZED 1
-#endif
-#endif
 
 std::uint64_t vm_size_bytes() {
   std::ifstream status("/proc/self/status");
@@ -1254,7 +1248,7 @@ std::uint64_t vm_size_bytes() {
 }
 
 TEST(ResourceLimits, HostileClaimsFailBeforeAllocatingUnderACappedAddressSpace) {
-#ifdef HLLM_TEST_SANITIZED
+#if HLLM_TEST_SANITIZED
   GTEST_SKIP() << "sanitizers reserve terabytes of shadow memory; RLIMIT_AS cannot be capped";
 #else
   GTEST_FLAG_SET(death_test_style, "threadsafe");

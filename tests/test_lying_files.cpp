@@ -691,8 +691,8 @@ class LieMaker {
     };
     for (const auto& [name, message] : extras) {
       Edits e;
-      e.add_tensors = [norm, name](gguf::Writer& w) {
-        w.add_tensor(name, norm->type, norm->dims, std::span(norm->data, norm->size_bytes));
+      e.add_tensors = [norm, tensor = name](gguf::Writer& w) {  // (clang < 16: no binding captures)
+        w.add_tensor(tensor, norm->type, norm->dims, std::span(norm->data, norm->size_bytes));
       };
       add_edit("extra_tensor", name + " added", name, ErrorKind::format, message, e);
     }

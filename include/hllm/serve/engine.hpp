@@ -592,8 +592,10 @@ class Engine {
     }
     for (auto& f : forked) running_.push_back(std::move(f));
     for (const auto& [sequence, reason] : done) {
-      const auto it = std::find_if(running_.begin(), running_.end(),
-                                   [&](const auto& s) { return s.get() == sequence; });
+      // The binding goes into the lambda by value: clang before 16 cannot capture a binding.
+      const auto it =
+          std::find_if(running_.begin(), running_.end(),
+                       [finished = sequence](const auto& s) { return s.get() == finished; });
       std::unique_ptr<Sequence> s = std::move(*it);
       running_.erase(it);
       finish(std::move(s), reason);
