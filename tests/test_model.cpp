@@ -692,39 +692,44 @@ std::vector<float> prefill_and_decode(const hllm::Llama<>& model, hllm::SessionO
 // produce, in the file's layout and repacked (interleaved quantized panels, BF16 panels),
 // prefill (16-token chunks: the GEMMs) and decode, fast and exact sessions, every ISA. 16
 // threads on this machine's few cores are preempted mid-job all the time (a slow thread's
-// chunks go to the others), and outnumber the chunks of the smaller jobs.
-TEST(Determinism, EveryWeightTypeGivesTheSameBitsForAnyThreadCount) {
+// chunks go to the others), and outnumber the chunks of the smaller jobs. One test per type, so
+// that CTest runs them side by side (under ThreadSanitizer the five in one test took four minutes
+// of one core).
+class DeterminismOfType : public ::testing::TestWithParam<hllm::DType> {};
+
+TEST_P(DeterminismOfType, SameBitsForAnyThreadCount) {
   const hllm::ModelConfig c = threaded_config();
-  for (hllm::DType type : {hllm::DType::f32, hllm::DType::f16, hllm::DType::bf16, hllm::DType::q8_0,
-                           hllm::DType::q4_0}) {
-    for (bool repacked : {false, true}) {
-      std::vector<std::vector<std::byte>> bytes;
-      hllm::ModelWeights weights = hllm::test::typed_weights(c, type, 23, bytes);
-      if (repacked)
-        hllm::repack_weights(weights,
-                             hllm::RepackPlan::of_kinds({hllm::LayoutKind::quant_panels16,
-                                                         hllm::LayoutKind::quant_groups8,
-                                                         hllm::LayoutKind::bf16_pairs16}),
-                             false);
-      const hllm::Llama<> model(c, std::move(weights));
-      for (hllm::Isa isa : hllm::test::supported_isas())
-        for (bool exact : {false, true}) {
-          SCOPED_TRACE(hllm::dtype_name(model.weights().layers[0].wq.type) + " " +
-                       hllm::to_string(isa) + (exact ? " exact" : ""));
-          const hllm::SessionOptions base{
-              .max_batch = 16, .threads = 1, .isa = isa, .exact = exact};
-          const std::vector<float> reference = prefill_and_decode(model, base);
-          for (std::size_t threads : {2u, 3u, 4u, 16u}) {
-            hllm::SessionOptions options = base;
-            options.threads = threads;
-            const std::vector<float> logits = prefill_and_decode(model, options);
-            ASSERT_EQ(logits.size(), reference.size());
-            EXPECT_EQ(0, std::memcmp(logits.data(), reference.data(), logits.size() * 4))
-                << threads << " threads";
-          }
+  for (bool repacked : {false, true}) {
+    std::vector<std::vector<std::byte>> bytes;
+    hllm::ModelWeights weights = hllm::test::typed_weights(c, GetParam(), 23, bytes);
+    if (repacked)
+      hllm::repack_weights(weights,
+                           hllm::RepackPlan::of_kinds({hllm::LayoutKind::quant_panels16,
+                                                       hllm::LayoutKind::quant_groups8,
+                                                       hllm::LayoutKind::bf16_pairs16}),
+                           false);
+    const hllm::Llama<> model(c, std::move(weights));
+    for (hllm::Isa isa : hllm::test::supported_isas())
+      for (bool exact : {false, true}) {
+        SCOPED_TRACE(hllm::dtype_name(model.weights().layers[0].wq.type) + " " +
+                     hllm::to_string(isa) + (exact ? " exact" : ""));
+        const hllm::SessionOptions base{.max_batch = 16, .threads = 1, .isa = isa, .exact = exact};
+        const std::vector<float> reference = prefill_and_decode(model, base);
+        for (std::size_t threads : {2u, 3u, 4u, 16u}) {
+          hllm::SessionOptions options = base;
+          options.threads = threads;
+          const std::vector<float> logits = prefill_and_decode(model, options);
+          ASSERT_EQ(logits.size(), reference.size());
+          EXPECT_EQ(0, std::memcmp(logits.data(), reference.data(), logits.size() * 4))
+              << threads << " threads";
         }
-    }
+      }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(EveryWeightType, DeterminismOfType,
+                         ::testing::Values(hllm::DType::f32, hllm::DType::f16, hllm::DType::bf16,
+                                           hllm::DType::q8_0, hllm::DType::q4_0),
+                         [](const auto& type) { return hllm::dtype_name(type.param); });
 
 }  // namespace
