@@ -121,13 +121,7 @@ TEST(BatchedForward, EachSequenceGetsItsSessionLogitsInAnyBatch) {
                            hllm::DType::q4_0}) {
     for (bool repacked : {false, true}) {
       std::vector<std::vector<std::byte>> bytes;
-      hllm::ModelWeights weights = hllm::test::typed_weights(c, type, 31, bytes);
-      if (repacked)
-        hllm::repack_weights(weights,
-                             hllm::RepackPlan::of_kinds({hllm::LayoutKind::quant_panels16,
-                                                         hllm::LayoutKind::quant_groups8,
-                                                         hllm::LayoutKind::bf16_pairs16}),
-                             false);
+      hllm::ModelWeights weights = hllm::test::typed_weights(c, type, 31, repacked, bytes);
       const hllm::Llama<> model(c, std::move(weights));
       const std::vector<hllm::Isa> isas = hllm::test::supported_isas();
       for (std::size_t i = 0; i < isas.size(); ++i) {

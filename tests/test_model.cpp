@@ -701,13 +701,7 @@ TEST_P(DeterminismOfType, SameBitsForAnyThreadCount) {
   const hllm::ModelConfig c = threaded_config();
   for (bool repacked : {false, true}) {
     std::vector<std::vector<std::byte>> bytes;
-    hllm::ModelWeights weights = hllm::test::typed_weights(c, GetParam(), 23, bytes);
-    if (repacked)
-      hllm::repack_weights(weights,
-                           hllm::RepackPlan::of_kinds({hllm::LayoutKind::quant_panels16,
-                                                       hllm::LayoutKind::quant_groups8,
-                                                       hllm::LayoutKind::bf16_pairs16}),
-                           false);
+    hllm::ModelWeights weights = hllm::test::typed_weights(c, GetParam(), 23, repacked, bytes);
     const hllm::Llama<> model(c, std::move(weights));
     for (hllm::Isa isa : hllm::test::supported_isas())
       for (bool exact : {false, true}) {

@@ -7,6 +7,7 @@
 
 #include "hllm/io/quantize.hpp"
 #include "hllm/model/config.hpp"
+#include "hllm/model/repack.hpp"
 #include "hllm/model/weights.hpp"
 
 namespace hllm::test {
@@ -39,6 +40,19 @@ inline ModelWeights typed_weights(const ModelConfig& c, DType type, std::uint64_
   for (LayerWeights& l : w.layers)
     for (WeightTensor* t : l.projections()) convert(*t);
   convert(w.output);
+  return w;
+}
+
+// typed_weights, kept in the file's layout or (repacked) moved into every panel layout some ISA
+// loads them into: 16-row quantized panels, 8-row groups, BF16 pair panels.
+inline ModelWeights typed_weights(const ModelConfig& c, DType type, std::uint64_t seed,
+                                  bool repacked, std::vector<std::vector<std::byte>>& bytes) {
+  ModelWeights w = typed_weights(c, type, seed, bytes);
+  if (repacked)
+    repack_weights(w,
+                   RepackPlan::of_kinds({LayoutKind::quant_panels16, LayoutKind::quant_groups8,
+                                         LayoutKind::bf16_pairs16}),
+                   false);
   return w;
 }
 
