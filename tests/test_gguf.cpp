@@ -1215,7 +1215,6 @@ TEST(FiniteCheck, EveryQuantizedType) {
 // allocation they would need. The proof runs in a child process whose address space is capped
 // 1 GiB above what it already uses, so an attempt to allocate what the file claims would fail
 // as std::bad_alloc (or worse) instead of passing unnoticed on a machine with memory to spare.
-
 std::uint64_t vm_size_bytes() {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);)

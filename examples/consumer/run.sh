@@ -17,29 +17,25 @@ cmake --install "$work/hllm-build" --prefix "$work/prefix" >/dev/null
 # Each build is one long compile (the kernels' translation unit) and a short one: the four run
 # two at a time, so that both cores of a small machine work; each logs to its own file, shown
 # when it fails.
-build_way() {
+build() {
   local way=$1
-  cmake -S "$src/examples/consumer" -B "$work/$way" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DHLLM_CONSUME="$way" -DHLLM_SOURCE_DIR="$src" -DCMAKE_PREFIX_PATH="$work/prefix" &&
-    cmake --build "$work/$way"
+  if [ "$way" = "command line" ]; then
+    # Without CMake: the installed headers (nlohmann-json's are the system's), one command line.
+    "${CXX:-g++}" -std=c++20 -O2 -I"$work/prefix/include" "$src/examples/consumer/main.cpp" \
+      "$src/examples/consumer/kernels.cpp" -pthread -o "$work/consumer-cli"
+  else
+    cmake -S "$src/examples/consumer" -B "$work/$way" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DHLLM_CONSUME="$way" -DHLLM_SOURCE_DIR="$src" -DCMAKE_PREFIX_PATH="$work/prefix" &&
+      cmake --build "$work/$way"
+  fi >"$work/$way.log" 2>&1
 }
-# Without CMake: the installed headers (nlohmann-json's are the system's), one command line.
-build_cli() {
-  "${CXX:-g++}" -std=c++20 -O2 -I"$work/prefix/include" "$src/examples/consumer/main.cpp" \
-    "$src/examples/consumer/kernels.cpp" -pthread -o "$work/consumer-cli"
+built() {
+  local way=$1 status=$2
+  [ "$status" -eq 0 ] || { cat "$work/$way.log"; echo "consumer via $way: build FAILED"; exit 1; }
 }
-wait_for() {
-  local way=$1 pid=$2
-  wait "$pid" || { cat "$work/$way.log"; echo "consumer via $way: build FAILED"; exit 1; }
-}
-build_way find_package >"$work/find_package.log" 2>&1 & first=$!
-build_way add_subdirectory >"$work/add_subdirectory.log" 2>&1 & second=$!
-wait_for find_package $first
-wait_for add_subdirectory $second
-build_way fetchcontent >"$work/fetchcontent.log" 2>&1 & first=$!
-build_cli >"$work/command line.log" 2>&1 & second=$!
-wait_for fetchcontent $first
-wait_for "command line" $second
+# shellcheck source=tools/two_at_a_time.sh
+source "$src/tools/two_at_a_time.sh"
+two_at_a_time build built find_package add_subdirectory fetchcontent "command line"
 
 for way in find_package add_subdirectory fetchcontent; do
   echo "--- consumer via $way"
