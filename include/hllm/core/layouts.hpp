@@ -6,7 +6,7 @@
 //   - dtype_info, dtype_name and file_type_of for the repacked types;
 //   - which layouts a weight's shape allows, in the list's order of preference, and the packing
 //     (model/repack.hpp, which asks the kernel table which layouts its kernels prefer);
-//   - the kernel tables' entries (hllm/implementation.hpp: one per layout, chosen by its kind);
+//   - the kernel tables' entries (hllm/implementation/kernel_tables.hpp: one per layout, by kind);
 //   - the reference read-back (kernels/reference.hpp), which every kernel is tested against.
 // A new layout is its unit struct (core/quant_blocks.hpp, core/float_panels.hpp,
 // core/bf16_panels.hpp), its kernels, its DType enumerator, and one line below.

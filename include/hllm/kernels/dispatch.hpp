@@ -3,10 +3,10 @@
 // of function pointers per ISA is chosen once from CPUID (or HLLM_ISA).
 //
 // This header declares table_for() but holds no kernel: the kernel bodies (*-inl.hpp, compiled
-// once per ISA by kernels/isa_kernels.hpp) and table_for()'s definition are in
-// hllm/implementation.hpp, which a program compiles in exactly one translation unit (CMake's
-// hllm::hllm target does it for you: the hllm_kernels library). So a translation unit that uses
-// a Session compiles no kernel, and the kernels are optimised even in a Debug build.
+// once per ISA by kernels/isa_*.hpp) and table_for()'s definition are in
+// hllm/implementation.hpp, which a program compiles once (CMake's hllm::hllm target does it for
+// you: the hllm_kernels library, one translation unit per part of it). So a translation unit that
+// uses a Session compiles no kernel, and the kernels are optimised even in a Debug build.
 
 #include <algorithm>
 #include <array>
@@ -120,7 +120,7 @@ struct LayoutKernels {
 
 // Every weight layout a kernel reads: the file types, then the layouts of the registry
 // (core/layouts.hpp). A table holds one LayoutKernels per entry, in this order; the repacked
-// layouts' entries are filled from the registry by kind (hllm/implementation.hpp).
+// layouts' entries are filled from the registry by kind (hllm/implementation/kernel_tables.hpp).
 inline constexpr auto kKernelLayouts = [] {
   std::array<DType, std::size(kFileTypes) + kRepackedLayouts.size()> all{};
   std::size_t i = 0;
@@ -193,7 +193,7 @@ struct KernelTable {
 };
 
 // The table of one ISA; throws Error(unsupported) if this CPU cannot run it. Defined in
-// hllm/implementation.hpp (one translation unit per program).
+// hllm/implementation.hpp (its part model.hpp; once per program).
 const KernelTable& table_for(Isa isa);
 
 // The table this process uses, chosen once: HLLM_ISA if set, else the best the CPU supports.

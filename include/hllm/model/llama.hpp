@@ -168,7 +168,7 @@ class Llama {
   std::vector<LlamaBlock<Spec>> blocks_;
 };
 
-// Compiled once per program, in hllm/implementation.hpp's translation unit.
+// Compiled once per program, by hllm/implementation.hpp (its part model.hpp).
 extern template class Llama<DynamicSpec>;
 
 }  // namespace hllm

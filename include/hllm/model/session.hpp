@@ -134,8 +134,8 @@ std::span<const float> Session<Spec>::prefill(std::span<const std::int32_t> toke
   return logits_.span();
 }
 
-// The dynamic spec's sessions are compiled once per program, in the translation unit that
-// includes hllm/implementation.hpp: prefill is defined out of the class, so this declaration
+// The dynamic spec's sessions are compiled once per program, by hllm/implementation.hpp (its part
+// model.hpp): prefill is defined out of the class, so this declaration
 // keeps every other file from instantiating it and, through it, the model code for each of the
 // six cache types.
 extern template class Session<DynamicSpec>;

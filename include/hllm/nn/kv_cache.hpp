@@ -121,7 +121,7 @@ class KVCache {
   AlignedBuffer<KV> values_;  // empty with KVValues::keys
 };
 
-// Compiled once per program, in hllm/implementation.hpp's translation unit: every session holds
+// Compiled once per program, by hllm/implementation.hpp (its part model.hpp): every session holds
 // a cache of each type (nn/any_kv_cache.hpp), so every file that makes one would instantiate all
 // six otherwise.
 extern template class KVCache<float>;
