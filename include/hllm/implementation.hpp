@@ -1,8 +1,8 @@
 #pragma once
-// hllm's implementation: what a program compiles once, in exactly one translation unit, so that
-// no other translation unit compiles a kernel (stb style). With CMake, linking hllm::hllm does
-// it for you (the hllm_kernels library, built from cmake/hllm_kernels_*.cpp: optimised
-// whatever the build type). Without CMake, one .cpp of the program holds just
+// hllm's implementation: what a program compiles once, in one translation unit (or its four parts
+// in four), so that no other translation unit compiles a kernel (stb style). With CMake, linking
+// hllm::hllm does it for you (the hllm_kernels library, built from cmake/hllm_kernels_*.cpp:
+// optimised whatever the build type). Without CMake, one .cpp of the program holds just
 //
 //   #include "hllm/implementation.hpp"
 //
