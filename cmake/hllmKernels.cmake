@@ -1,19 +1,20 @@
 # hllm_add_kernels_library(<source-dir> <include-dir>): the static library hllm_kernels (alias
 # hllm::kernels) holding every kernel and the kernel tables, so that no other translation unit
 # of a program compiles them: hllm/implementation.hpp in four translation units, one part each
-# (<source-dir>/hllm_kernels_{scalar,avx2,avx512,model}.cpp), which a parallel build compiles
-# side by side. hllm's CMakeLists.txt calls it for the build
-# tree; the installed hllmConfig.cmake calls it in the consumer's build, from the installed
-# source: nothing binary is installed.
+# (HLLM_KERNEL_PARTS, in <source-dir>), which a parallel build compiles side by side. hllm's
+# CMakeLists.txt calls it for the build tree, and installs the parts beside this file; the
+# installed hllmConfig.cmake calls it in the consumer's build, from the installed sources:
+# nothing binary is installed.
 #
 # The kernels are compiled with -O2 in every configuration that does not optimise (Debug, or an
 # empty CMAKE_BUILD_TYPE), after the configuration's flags (so -O2 wins, -g stays): a Debug
 # build of a program then runs its kernels at full speed. Flags in CMAKE_CXX_FLAGS (sanitizers)
 # reach this library as any other. HLLM_OPTIMIZE_KERNELS=OFF compiles them as the rest.
+set(HLLM_KERNEL_PARTS hllm_kernels_scalar.cpp hllm_kernels_avx2.cpp hllm_kernels_avx512.cpp
+  hllm_kernels_model.cpp)
 function(hllm_add_kernels_library source_dir include_dir)
-  add_library(hllm_kernels STATIC
-    ${source_dir}/hllm_kernels_scalar.cpp ${source_dir}/hllm_kernels_avx2.cpp
-    ${source_dir}/hllm_kernels_avx512.cpp ${source_dir}/hllm_kernels_model.cpp)
+  list(TRANSFORM HLLM_KERNEL_PARTS PREPEND "${source_dir}/" OUTPUT_VARIABLE sources)
+  add_library(hllm_kernels STATIC ${sources})
   add_library(hllm::kernels ALIAS hllm_kernels)
   target_compile_features(hllm_kernels PRIVATE cxx_std_20)
   target_include_directories(hllm_kernels PRIVATE ${include_dir})

@@ -14,9 +14,9 @@ cmake -S "$src" -B "$work/hllm-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DHLLM_BUILD_TESTS=OFF -DHLLM_BUILD_BENCHMARKS=OFF -DHLLM_BUILD_EXAMPLES=OFF >/dev/null
 cmake --install "$work/hllm-build" --prefix "$work/prefix" >/dev/null
 
-# Each build is one long compile (the kernels' translation unit) and a short one: the four run
-# two at a time, so that both cores of a small machine work; each logs to its own file, shown
-# when it fails.
+# The four builds run two at a time, so that both cores of a small machine work (the command
+# line's is one long compile, the whole hllm/implementation.hpp); each logs to its own file,
+# shown when it fails.
 build() {
   local way=$1
   if [ "$way" = "command line" ]; then
