@@ -352,9 +352,9 @@ TEST_P(KernelIsa, AttentionMatchesReference) {
 }
 
 // Query heads sharing a KV head, attended together (the tiled kernel for group sizes 1, 2, 4,
-// 8 and 16 and head_dim a multiple of 16; one head at a time otherwise), against the
-// reference one head at a time: same bound as above. Key counts around the 16-key tile; latent
-// attention's 16 heads over rows of 576 too.
+// 8 and 16 and head_dim a multiple of the vector's lanes, 8 on AVX2 and 16 on AVX-512; one head
+// at a time otherwise), against the reference one head at a time: same bound as above. Key
+// counts around both tiles (8 and 16 keys); latent attention's 16 heads over rows of 576 too.
 template <class KV>
 void check_grouped_attention(Isa isa, std::size_t group, std::size_t n_keys, std::size_t head_dim) {
   const auto q = hllm::test::random_vector(group * head_dim, 15);
@@ -374,8 +374,8 @@ void check_grouped_attention(Isa isa, std::size_t group, std::size_t n_keys, std
 
 TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
   for (std::size_t group : {1u, 2u, 3u, 4u, 8u})
-    for (std::size_t n_keys : {1u, 15u, 16u, 17u, 100u})
-      for (std::size_t head_dim : {16u, 20u, 64u, 128u}) {
+    for (std::size_t n_keys : {1u, 7u, 8u, 9u, 15u, 16u, 17u, 100u})
+      for (std::size_t head_dim : {8u, 16u, 20u, 24u, 64u, 128u}) {
         check_grouped_attention<hllm::f16>(GetParam(), group, n_keys, head_dim);
         if (head_dim % 32 == 0) {
           check_grouped_attention<hllm::BlockQ8_0>(GetParam(), group, n_keys, head_dim);
@@ -393,7 +393,8 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
 
 // A group's heads attended in parts (as LlamaBlock splits one KV head's heads over threads)
 // give the same bits as all together: each tiled group size that divides 16, over latent
-// attention's 576-wide rows and GQA's 64 and 128, key counts around the tile, softcapped too.
+// attention's 576-wide rows, GQA's 64 and 128 and 24 (tiled on AVX2 only), key counts around
+// both tiles, softcapped too.
 template <class KV>
 void check_group_split_is_bit_identical(Isa isa, std::size_t n_keys, std::size_t head_dim,
                                         hllm::AttentionScoring scoring) {
@@ -414,13 +415,14 @@ void check_group_split_is_bit_identical(Isa isa, std::size_t n_keys, std::size_t
 }
 
 TEST_P(KernelIsa, GroupSplitIntoPartsIsBitIdentical) {
-  for (std::size_t n_keys : {1u, 15u, 16u, 33u, 100u})
-    for (std::size_t head_dim : {64u, 128u, 576u}) {
+  for (std::size_t n_keys : {1u, 7u, 9u, 15u, 16u, 33u, 100u})
+    for (std::size_t head_dim : {24u, 64u, 128u, 576u}) {
       const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
       const hllm::AttentionScoring plain(scale), capped(scale, 2.0f);
       check_group_split_is_bit_identical<float>(GetParam(), n_keys, head_dim, plain);
       check_group_split_is_bit_identical<hllm::f16>(GetParam(), n_keys, head_dim, capped);
-      check_group_split_is_bit_identical<hllm::BlockQ8_0>(GetParam(), n_keys, head_dim, plain);
+      if (head_dim % 32 == 0)
+        check_group_split_is_bit_identical<hllm::BlockQ8_0>(GetParam(), n_keys, head_dim, plain);
     }
 }
 

@@ -188,6 +188,8 @@ inline void attend_head(const float* q, const Rows& keys, const Rows& values, st
   }
 }
 
+#if HLLM_ISA_LEVEL >= 1
+// The per-ISA steps of the tiled kernel below, on VecF32's registers (8 or 16 lanes).
 #if HLLM_ISA_LEVEL == 2
 // The sums of 16 accumulators' 16 lanes, in one vector: lane 4q + m holds the sum of a[4m + q].
 // Every accumulator's lanes are added in the same tree (pairs i, i + 8, then i, i + 4, i, i + 2,
@@ -205,30 +207,12 @@ inline __m512 sum_lanes16(const __m512 a[16]) {
                     _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
   return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], 0x88), _mm512_shuffle_ps(e[0], e[1], 0xDD));
 }
-
-// The dot products of H query heads with 16 / H key rows: lane jl · H + gl is head gl's with
-// row jl. Each product is one 16-lane FMA chain over the head's dimensions then sum_lanes16,
-// the same arithmetic whatever H. q: [H][head_dim], rows: 16 / H row addresses.
-template <std::size_t H, class KV>
-inline __m512 dot_heads_rows(const float* q, const KV* const* rows, std::size_t head_dim) {
-  constexpr std::size_t kRows = 16 / H;
-  __m512 acc[16];
-  _Pragma("GCC unroll 16") for (std::size_t i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-  for (std::size_t d = 0; d < head_dim; d += 16) {
-    __m512 qd[H];
-    _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) qd[g] =
-        _mm512_loadu_ps(q + g * head_dim + d);
-    _Pragma("GCC unroll 16") for (std::size_t j = 0; j < kRows; ++j) {
-      const __m512 k = load_kv(rows[j], d);
-      _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) acc[j * H + g] =
-          _mm512_fmadd_ps(qd[g], k, acc[j * H + g]);
-    }
-  }
+// Lane i: the sum of a[i]'s lanes (sum_lanes16 over the accumulators in its slot order).
+inline __m512 sum_each(const __m512 a[16]) {
   __m512 slots[16];  // sum_lanes16 puts slot 4m + q's sum in lane 4q + m
-  _Pragma("GCC unroll 16") for (std::size_t i = 0; i < 16; ++i) slots[i] = acc[(i % 4) * 4 + i / 4];
+  _Pragma("GCC unroll 16") for (std::size_t i = 0; i < 16; ++i) slots[i] = a[(i % 4) * 4 + i / 4];
   return sum_lanes16(slots);
 }
-
 // Each lane's maximum over the lanes congruent to it modulo G (G a power of two <= 16).
 template <std::size_t G>
 inline __m512 max_congruent_lanes(__m512 m) {
@@ -238,46 +222,101 @@ inline __m512 max_congruent_lanes(__m512 m) {
   if constexpr (G <= 1) m = _mm512_max_ps(m, _mm512_shuffle_ps(m, m, 0xB1));
   return m;
 }
+// x where `valid` holds, else `otherwise`.
+inline __m512 select_lanes(__mmask16 valid, __m512 x, __m512 otherwise) {
+  return _mm512_mask_mov_ps(otherwise, valid, x);
+}
+#else
+// Lane i: the sum of a[i]'s 8 lanes, in the same tree for every i ((0+1)+(2+3))+((4+5)+(6+7)).
+inline __m256 sum_each(const __m256 a[8]) {
+  const __m256 pairs01 = _mm256_hadd_ps(a[0], a[1]), pairs23 = _mm256_hadd_ps(a[2], a[3]),
+               pairs45 = _mm256_hadd_ps(a[4], a[5]), pairs67 = _mm256_hadd_ps(a[6], a[7]);
+  // Lane i of quads0123 (i < 4) is a[i]'s lanes 0..3 summed, lane i + 4 its lanes 4..7; the same
+  // for a[4..8) in quads4567.
+  const __m256 quads0123 = _mm256_hadd_ps(pairs01, pairs23),
+               quads4567 = _mm256_hadd_ps(pairs45, pairs67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(quads0123, quads4567, 0x20),
+                       _mm256_permute2f128_ps(quads0123, quads4567, 0x31));
+}
+// Each lane's maximum over the lanes congruent to it modulo G (G a power of two <= 8).
+template <std::size_t G>
+inline __m256 max_congruent_lanes(__m256 m) {
+  if constexpr (G <= 4) m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 0x01));
+  if constexpr (G <= 2) m = _mm256_max_ps(m, _mm256_shuffle_ps(m, m, 0x4E));
+  if constexpr (G <= 1) m = _mm256_max_ps(m, _mm256_shuffle_ps(m, m, 0xB1));
+  return m;
+}
+inline __m256 select_lanes(__m256i valid, __m256 x, __m256 otherwise) {
+  return _mm256_blendv_ps(otherwise, x, _mm256_castsi256_ps(valid));
+}
+#endif
 
-// out[g][d .. d + 16) = out[g][..]·correction[g] + Σ_j p[j·G + g]·v_j[..] for H heads g: each
+// The dot products of H query heads with lanes / H key rows: lane j·H + g is head g's with row
+// j. Each product is one FMA chain over the head's dimensions then sum_each, the same
+// arithmetic whatever H. q: [H][head_dim], rows: lanes / H row addresses.
+template <std::size_t H, class KV>
+inline VecF32::Reg dot_heads_rows(const float* q, const KV* const* rows, std::size_t head_dim) {
+  using V = VecF32;
+  constexpr std::size_t kRows = V::lanes / H;
+  V::Reg acc[V::lanes];  // [row][head]
+  _Pragma("GCC unroll 16") for (std::size_t i = 0; i < V::lanes; ++i) acc[i] = V::zero();
+  for (std::size_t d = 0; d < head_dim; d += V::lanes) {
+    V::Reg qd[H];
+    _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) qd[g] =
+        V::load(q + g * head_dim + d);
+    _Pragma("GCC unroll 16") for (std::size_t j = 0; j < kRows; ++j) {
+      const V::Reg k = load_kv(rows[j], d);
+      _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) acc[j * H + g] =
+          V::fma(qd[g], k, acc[j * H + g]);
+    }
+  }
+  return sum_each(acc);
+}
+
+// out[g][d .. d + lanes) = out[g][..]·correction[g] + Σ_j p[j·G + g]·v_j[..] for H heads g: each
 // head's accumulator is one FMA chain over the keys in order, whatever H.
 // out: [H][head_dim] (row stride head_dim), correction: [H], p: [count][G] at the first head.
 template <std::size_t H, std::size_t G, class KV>
 inline void accumulate_values(float* out, std::size_t head_dim, std::size_t d,
                               const float* correction, const float* p, const KV* const* value_rows,
                               std::size_t count) {
-  __m512 o[H];
+  using V = VecF32;
+  V::Reg o[H];
   _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) o[g] =
-      _mm512_mul_ps(_mm512_loadu_ps(out + g * head_dim + d), _mm512_set1_ps(correction[g]));
+      V::mul(V::load(out + g * head_dim + d), V::set1(correction[g]));
   for (std::size_t j = 0; j < count; ++j) {
-    const __m512 v = load_kv(value_rows[j], d);
+    const V::Reg v = load_kv(value_rows[j], d);
     _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) o[g] =
-        _mm512_fmadd_ps(_mm512_set1_ps(p[j * G + g]), v, o[g]);
+        V::fma(V::set1(p[j * G + g]), v, o[g]);
   }
   _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g)
-      _mm512_storeu_ps(out + g * head_dim + d, o[g]);
+      V::store(out + g * head_dim + d, o[g]);
 }
 
 // G query heads that share one KV head (GQA, or latent attention's 16), against the same n_keys
-// keys and values, 16 keys a tile: each key row is read once for up to H = min(G, 8) heads and
-// each query row once for 16 / H keys, so the scores are FMAs of full vectors with one lane sum
-// per (key, head) at the end, and no transposes. A tile's scores sit in memory as [key][head],
-// which puts head g in the lanes congruent to g modulo G, so the softmax's maxima,
-// exponentials and rescale factors run on whole vectors for every head at once. The value pass
-// keeps H accumulators per 16 dimensions in registers. Same online softmax as attend_head; a
-// head's arithmetic does not depend on G (sums over keys run in key order), so splitting a
-// group changes no bit. q: [G][head_dim], keys, values: n_keys rows, out: [G][head_dim];
-// head_dim % 16 == 0 (any width: nothing is staged per row).
+// keys and values, one key per vector lane a tile (16 with AVX-512, 8 on AVX2): each key row is
+// read once for up to H = min(G, 8) heads and each query row once for lanes / H keys, so the
+// scores are FMAs of full vectors with one lane sum per (key, head) at the end, and no
+// transposes. A tile's scores sit in memory as [key][head], which puts head g in the lanes
+// congruent to g modulo G, so the softmax's maxima, exponentials and rescale factors run on whole
+// vectors for every head at once. The value pass keeps H accumulators per vector of dimensions
+// in registers. Same online softmax as attend_head; a head's arithmetic does not depend on G
+// (sums over keys run in key order), so splitting a group changes no bit. q: [G][head_dim],
+// keys, values: n_keys rows, out: [G][head_dim]; G <= lanes, head_dim a multiple of the lanes
+// (any width: nothing is staged per row).
 template <std::size_t G, class Rows>
 inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& values,
                                std::size_t n_keys, std::size_t head_dim, AttentionScoring scoring,
                                float* out) {
-  constexpr std::size_t kKeys = 16, H = G < 8 ? G : 8, kUnitRows = kKeys / H;
+  using V = VecF32;
+  constexpr std::size_t kKeys = V::lanes, H = G < 8 ? G : 8, kUnitRows = kKeys / H;
+  static_assert(G <= V::lanes, "a tile holds one lane per head");
   using KV = typename Rows::element_type;
   alignas(64) float scores[kKeys * G];  // [key][head], then the probabilities
-  alignas(64) float correction[16];
-  __m512 running_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());  // lane l: l % G
-  __m512 running_sum = _mm512_setzero_ps();                                      // lane g < G
+  alignas(64) float correction[V::lanes];
+  const V::Reg minus_infinity = V::set1(-std::numeric_limits<float>::infinity());
+  V::Reg running_max = minus_infinity;  // lane l: head l % G
+  V::Reg running_sum = V::zero();       // lane g < G
   std::fill(out, out + G * head_dim, 0.0f);
   for (std::size_t start = 0; start < n_keys; start += kKeys) {
     const std::size_t count = std::min(kKeys, n_keys - start);
@@ -289,52 +328,51 @@ inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& val
       key_rows[j] = keys(start + std::min(j, count - 1));
       value_rows[j] = values(start + std::min(j, count - 1));
     }
-    // Scores, 16 (key, head) pairs a vector: H heads of 16 / H keys.
+    // Scores, one (key, head) pair a lane: H heads of lanes / H keys a vector.
     for (std::size_t g0 = 0; g0 < G; g0 += H)
       for (std::size_t j0 = 0; j0 < kKeys; j0 += kUnitRows) {
-        const __m512 dots = dot_heads_rows<H>(q + g0 * head_dim, key_rows + j0, head_dim);
+        const V::Reg dots = dot_heads_rows<H>(q + g0 * head_dim, key_rows + j0, head_dim);
         if constexpr (H == G) {
-          _mm512_store_ps(scores + j0 * G, dots);
-        } else {  // 2 keys × 8 heads: each key's 8 lanes to its own row of the tile
+          V::store(scores + j0 * G, dots);
+        } else {  // AVX-512's 16 heads: 2 keys × 8 heads, each key's 8 lanes to its own row
+#if HLLM_ISA_LEVEL == 2
           _mm512_mask_storeu_ps(scores + j0 * G + g0, 0x00FF, dots);
           _mm512_mask_storeu_ps(scores + (j0 + 1) * G + g0 - 8, 0xFF00, dots);
+#endif
         }
       }
     // Softmax over the tile, [key][head] vectors: flat entry f is key f / G, head f % G, valid
     // below count · G.
-    __m512 tile_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    __m512 scaled[G];
-    __mmask16 valid[G];
+    V::Reg tile_max = minus_infinity;
+    V::Reg scaled[G];
     _Pragma("GCC unroll 16") for (std::size_t v = 0; v < G; ++v) {
-      __m512 x = _mm512_mul_ps(_mm512_load_ps(scores + 16 * v), _mm512_set1_ps(scoring.scale));
-      if (scoring.capped()) x = soft_capped(x, _mm512_set1_ps(scoring.softcap));
-      valid[v] =
-          VecF32::mask(count * G > 16 * v ? std::min<std::size_t>(16, count * G - 16 * v) : 0);
-      scaled[v] =
-          _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid[v], x);
-      tile_max = _mm512_max_ps(tile_max, scaled[v]);
+      V::Reg x = V::mul(V::load(scores + V::lanes * v), V::set1(scoring.scale));
+      if (scoring.capped()) x = soft_capped(x, V::set1(scoring.softcap));
+      const std::size_t valid =
+          count * G > V::lanes * v ? std::min(V::lanes, count * G - V::lanes * v) : 0;
+      scaled[v] = select_lanes(V::mask(valid), x, minus_infinity);
+      tile_max = V::max(tile_max, scaled[v]);
     }
-    const __m512 new_max = _mm512_max_ps(running_max, max_congruent_lanes<G>(tile_max));
-    const __m512 rescale = VecF32::exp(_mm512_sub_ps(running_max, new_max));
-    _mm512_store_ps(correction, rescale);
+    const V::Reg new_max = V::max(running_max, max_congruent_lanes<G>(tile_max));
+    const V::Reg rescale = V::exp(V::sub(running_max, new_max));
+    V::store(correction, rescale);
     running_max = new_max;
-    _Pragma("GCC unroll 16") for (std::size_t v = 0; v < G; ++v) _mm512_store_ps(
-        scores + 16 * v,
-        _mm512_maskz_mov_ps(valid[v], VecF32::exp(_mm512_sub_ps(scaled[v], new_max))));
+    // (A masked lane's value is never read: the loops below stop at count.)
+    _Pragma("GCC unroll 16") for (std::size_t v = 0; v < G; ++v)
+        V::store(scores + V::lanes * v, V::exp(V::sub(scaled[v], new_max)));
     // Each head's tile sum in key order (lanes g < G), then the running sums rescaled.
-    __m512 tile_sum = _mm512_setzero_ps();
-    for (std::size_t j = 0; j < count; ++j)
-      tile_sum = _mm512_add_ps(tile_sum, VecF32::load(scores + j * G, G));
-    running_sum = _mm512_fmadd_ps(running_sum, rescale, tile_sum);
-    // out[g] = out[g]·correction[g] + Σ_j p[j][g]·v_j, up to 8 heads by 16 dimensions at a
-    // time (two vectors per broadcast probability measured slower on Zen 4).
+    V::Reg tile_sum = V::zero();
+    for (std::size_t j = 0; j < count; ++j) tile_sum = V::add(tile_sum, V::load(scores + j * G, G));
+    running_sum = V::fma(running_sum, rescale, tile_sum);
+    // out[g] = out[g]·correction[g] + Σ_j p[j][g]·v_j, up to 8 heads by one vector of dimensions
+    // at a time (two vectors per broadcast probability measured slower on Zen 4).
     for (std::size_t g0 = 0; g0 < G; g0 += H)
-      for (std::size_t d = 0; d < head_dim; d += 16)
+      for (std::size_t d = 0; d < head_dim; d += V::lanes)
         accumulate_values<H, G>(out + g0 * head_dim, head_dim, d, correction + g0, scores + g0,
                                 value_rows, count);
   }
-  alignas(64) float sums[16];
-  _mm512_store_ps(sums, running_sum);
+  alignas(64) float sums[V::lanes];
+  V::store(sums, running_sum);
   for (std::size_t g = 0; g < G; ++g)
     if (sums[g] > 0.0f) {
       const float inv = 1.0f / sums[g];
@@ -349,14 +387,21 @@ template <class Rows>
 inline void attend_group(const float* q, const Rows& keys, const Rows& values, std::size_t n_keys,
                          std::size_t head_dim, std::size_t group, AttentionScoring scoring,
                          float* out) {
-#if HLLM_ISA_LEVEL == 2
-  if (head_dim % 16 == 0 && attention_group_tiled(group)) {
+#if HLLM_ISA_LEVEL >= 1
+  if (head_dim % VecF32::lanes == 0 && attention_group_tiled(group)) {
     switch (group) {
       case 1: return attend_group_tiles<1>(q, keys, values, n_keys, head_dim, scoring, out);
       case 2: return attend_group_tiles<2>(q, keys, values, n_keys, head_dim, scoring, out);
       case 4: return attend_group_tiles<4>(q, keys, values, n_keys, head_dim, scoring, out);
       case 8: return attend_group_tiles<8>(q, keys, values, n_keys, head_dim, scoring, out);
+#if HLLM_ISA_LEVEL == 2
       case 16: return attend_group_tiles<16>(q, keys, values, n_keys, head_dim, scoring, out);
+#else
+      case 16:  // two tiles of 8 heads: a head's arithmetic is the same in either
+        attend_group_tiles<8>(q, keys, values, n_keys, head_dim, scoring, out);
+        return attend_group_tiles<8>(q + 8 * head_dim, keys, values, n_keys, head_dim, scoring,
+                                     out + 8 * head_dim);
+#endif
       default: break;
     }
   }

@@ -72,9 +72,10 @@ using AttendGroupFn = void (*)(const float* q, const void* keys, const void* val
                                std::size_t n_keys, std::size_t head_dim, std::size_t group,
                                AttentionScoring scoring, float* out);
 
-// The group sizes an AttendGroupFn runs through its tiled kernel (AVX-512, rows of a multiple of
-// 16 values) rather than one head at a time. A head's arithmetic is the same in any group on the
-// same side of this test, so a caller may split a group into such parts without changing a bit.
+// The group sizes an AttendGroupFn runs through its tiled kernel (AVX2 and AVX-512, rows of a
+// multiple of the vector's 8 or 16 lanes) rather than one head at a time. A head's arithmetic is
+// the same in any group on the same side of this test, so a caller may split a group into such
+// parts without changing a bit.
 constexpr bool attention_group_tiled(std::size_t group) noexcept {
   return group >= 1 && group <= 16 && (group & (group - 1)) == 0;
 }
