@@ -163,15 +163,45 @@ def check_snippets(md, root, text, problems):
     return count
 
 
+def prose_paragraphs(text):
+    """(line numbers, lines) of each run of consecutive non-blank lines outside code blocks: a
+    link's text may wrap onto the next line, so links are looked for in whole paragraphs."""
+    numbers, lines = [], []
+    for number, line in prose_lines(text):
+        if line.strip() and (not numbers or number == numbers[-1] + 1):
+            numbers.append(number)
+            lines.append(line)
+            continue
+        if numbers:
+            yield numbers, lines
+        numbers, lines = ([number], [line]) if line.strip() else ([], [])
+    if numbers:
+        yield numbers, lines
+
+
+def paragraph_targets(numbers, lines):
+    """(line number, target) of every link in one paragraph, wrapped or not."""
+    starts, offset = [], 0
+    for line in lines:
+        starts.append(offset)
+        offset += len(line) + 1
+    joined = code_spans_removed(" ".join(lines))
+
+    def line_of(position):
+        return numbers[max(i for i, start in enumerate(starts) if start <= position)]
+
+    found = [(line_of(m.start()), m.group(1).strip("<>")) for m in INLINE_LINK.finditer(joined)]
+    found += [(line_of(m.start()), m.group(1)) for m in HTML_HREF.finditer(joined)]
+    for number, line in zip(numbers, lines):
+        found += [(number, t.strip("<>")) for t in REFERENCE_DEF.findall(code_spans_removed(line))]
+    return found
+
+
 def check_links(md, root, text, problems):
     """Checks every relative link of one Markdown file; returns how many it checked."""
     count = 0
-    for number, line in prose_lines(text):
-        prose = code_spans_removed(line)
-        targets = [t.strip("<>") for t in INLINE_LINK.findall(prose)]
-        targets += [t.strip("<>") for t in REFERENCE_DEF.findall(prose)]
-        targets += HTML_HREF.findall(prose)
-        for target in targets:
+    for numbers, lines in prose_paragraphs(text):
+        for number, target in paragraph_targets(numbers, lines):
             if SCHEME.match(target) or target.startswith("//"):
                 continue
             count += 1
