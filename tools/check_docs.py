@@ -21,6 +21,7 @@ message and exits 1. Standard library only. Usage: tools/check_docs.py [--root R
 """
 
 import argparse
+import bisect
 import re
 import sys
 import unicodedata
@@ -168,13 +169,12 @@ def prose_paragraphs(text):
     link's text may wrap onto the next line, so links are looked for in whole paragraphs."""
     numbers, lines = [], []
     for number, line in prose_lines(text):
-        if line.strip() and (not numbers or number == numbers[-1] + 1):
+        if numbers and (not line.strip() or number != numbers[-1] + 1):
+            yield numbers, lines
+            numbers, lines = [], []
+        if line.strip():
             numbers.append(number)
             lines.append(line)
-            continue
-        if numbers:
-            yield numbers, lines
-        numbers, lines = ([number], [line]) if line.strip() else ([], [])
     if numbers:
         yield numbers, lines
 
@@ -188,7 +188,7 @@ def paragraph_targets(numbers, lines):
     joined = code_spans_removed(" ".join(lines))
 
     def line_of(position):
-        return numbers[max(i for i, start in enumerate(starts) if start <= position)]
+        return numbers[bisect.bisect_right(starts, position) - 1]
 
     found = [(line_of(m.start()), m.group(1).strip("<>")) for m in INLINE_LINK.finditer(joined)]
     found += [(line_of(m.start()), m.group(1)) for m in HTML_HREF.finditer(joined)]
