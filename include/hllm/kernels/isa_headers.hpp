@@ -22,6 +22,7 @@
 #include "hllm/kernels/dispatch.hpp"
 #include "hllm/kernels/reference.hpp"
 #include "hllm/kernels/scratch.hpp"
+#include "hllm/kernels/stream_prefetch.hpp"
 #include "hllm/simd/cpu_features.hpp"
 #include "hllm/simd/intrinsics.hpp"
 #include "hllm/simd/isa.hpp"

@@ -93,8 +93,8 @@ inline void bf16_x16_widened_chunks(const std::uint32_t* first, std::size_t grou
       for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
         for (std::size_t j = t + k_tokens(); j < std::min(t + 2 * k_tokens(), n_tokens); ++j)
           __builtin_prefetch(out + j * rows);
-        float_x16_tile<1, k_tokens()>(&widened[0][0], n, x + t * cols + c0, cols, out + t * rows,
-                                      rows, c0 > 0);
+        float_x16_tile<1, k_tokens(), false>(&widened[0][0], n, x + t * cols + c0, cols,
+                                             out + t * rows, rows, c0 > 0);
       });
     }
   }

@@ -265,8 +265,10 @@ inline void matmul_float(const W* w, std::size_t rows, std::size_t cols, const f
 //   y: [kTokens][rows] outputs (rows y_stride apart) of kGroups consecutive groups of `cols`
 //   columns from `first` for kTokens tokens x: [kTokens] rows x_stride apart; each column's
 //   weights are loaded once for the tokens. accumulate: continue the sums y holds (a later
-//   column chunk, in the same order).
-template <std::size_t kGroups, std::size_t kTokens, class P>
+//   column chunk, in the same order). kFromMemory: the panels stream from memory, whose lines
+//   each group asks for ahead as it reaches them (prefetch_stream_ahead); false for panels
+//   already in cache (bf16_x16_widened_chunks' widened chunk).
+template <std::size_t kGroups, std::size_t kTokens, bool kFromMemory = true, class P>
 inline void float_x16_tile(const P* first, std::size_t cols, const float* x, std::size_t x_stride,
                            float* y, std::size_t y_stride, bool accumulate = false) {
   using V = VecF32;
@@ -278,7 +280,11 @@ inline void float_x16_tile(const P* first, std::size_t cols, const float* x, std
           _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) acc[g][part][t] =
               accumulate ? V::load(y + t * y_stride + g * kFloatPanelRows + part * V::lanes)
                          : V::zero();
+  constexpr std::size_t kColumnsPerLine = 64 / (kFloatPanelRows * sizeof(P));  // F32 1, F16 2
   for (std::size_t c = 0; c < cols; ++c) {
+    if (kFromMemory && c % kColumnsPerLine == 0)
+      _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
+          prefetch_stream_ahead(first + g * group + c * kFloatPanelRows, 64);
     _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
         _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part) {
       const typename V::Reg w = V::load(first + g * group + c * kFloatPanelRows + part * V::lanes);

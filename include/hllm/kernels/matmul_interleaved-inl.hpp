@@ -237,21 +237,6 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 #endif
 
 #if HLLM_ISA_LEVEL >= 1
-// Asks for the lines kStreamPrefetchBytes past a unit of `bytes` bytes into L2 (prefetcht2): a
-// decode reads its panels front to back, and on Intel's cores the hardware prefetcher alone kept
-// the Q4_0, Q4_1 and Q8_0 panel decodes 10-20% below what they read with this, and asking for
-// the lines in L1 (prefetcht0, 2 KiB ahead) 2-15% below (docs/performance.md, "Layouts and
-// kernels"). Q6_K's decode asks for them too (5-30% faster on an Emerald Rapids Xeon); Q4_K's
-// and Q5_K's, which ask for their scale and fifth-bit lines first, were no faster or slower.
-// The address may lie past the matrix (the next group's panels follow it; a prefetch never
-// faults), so it is formed as an integer.
-inline constexpr std::size_t kStreamPrefetchBytes = 3072;
-inline void prefetch_stream_ahead(const void* unit, std::size_t bytes) {
-  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(unit) + kStreamPrefetchBytes;
-  for (std::size_t line = 0; line < bytes; line += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(ahead + line), 0, 1);
-}
-
 // Tokens per decode pass over a group's panel: Q4_0, Q4_1 and Q8_0 take as many as the registers
 // hold (one load and unpack of each weight register serves them all); the K-quants, whose chains
 // fill the registers already, one.
@@ -342,6 +327,12 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
       L::store(out + t * out_stride, acc[t]);
 }
 
+// Whether the Q4_K and Q5_K decodes ask for their stream ahead (prefetch_stream_ahead): with
+// AVX-512 that made them 0-25% (Q4_K_M) and 10-22% (Q5_K_M) faster on an Emerald Rapids Xeon; on
+// AVX2 and AVX-VNNI, whose decodes issue twice the instructions per line, it was within noise or
+// slower (docs/performance.md, "Layouts and kernels").
+inline constexpr bool kKquantStreamPrefetch = HLLM_ISA_LEVEL == 2;
+
 // Decode of one 16-row group of Q4_K or Q5_K panels against one token: out[0..16). Per pair of
 // sub-blocks, the low nibbles (sub-block 2p) and the high ones (2p + 1) run one chain each
 // against their activation blocks (high_nibbles for Q4_K); Q5_K shifts each value's fifth bit
@@ -362,7 +353,9 @@ inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std
     // Streams from DRAM stay fast only while the unit's lines are first touched in address
     // order (the hardware prefetcher loses a stream that jumps back): the fifth bits, read again
     // for every pair, are asked for before the first pair's quants, and each pair's scale line
-    // before its quants, which its dot reads first.
+    // before its quants, which its dot reads first. With AVX-512 the next units' lines are asked
+    // for as well (kKquantStreamPrefetch).
+    if constexpr (kKquantStreamPrefetch) prefetch_stream_ahead(&unit, sizeof(unit));
     if constexpr (kFifthBit)
       _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) __builtin_prefetch(unit.qh[k]);
     const L::Float d = L::load(unit.d), dmin = L::load(unit.dmin);
