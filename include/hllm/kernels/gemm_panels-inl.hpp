@@ -69,9 +69,10 @@ inline constexpr int kPanelMax = kWideUnsigned                      ? 255
                                  : std::is_same_v<Block, BlockQ5_K> ? 31
                                                                     : 15;
 // The accumulator's start for values offset by `offset`: −offset·Σx, from the block's bias
-// −128·Σx (exact: the offsets divide 128).
+// −128·Σx. The offsets are powers of two that divide 128, so the quotient is exact and an
+// arithmetic shift computes it (a signed division would round toward zero with extra steps).
 inline std::int32_t offset_start(std::int32_t bias, int offset) {
-  return offset == 0 ? 0 : bias / (128 / offset);
+  return offset == 0 ? 0 : bias >> std::countr_zero(static_cast<unsigned>(128 / offset));
 }
 
 // Q6_K with the emulated dot: each 16-value sub-block's scale weighs its runs' int16 pair sums
