@@ -391,6 +391,45 @@ TEST_P(KernelIsa, GroupedAttentionMatchesReferencePerHead) {
   }
 }
 
+// Which path a group of query heads takes, shown by its bits: the one-head fallback calls the
+// one-head kernel for each head, so a group that falls back gives those bits exactly, while the
+// tiled kernel sums its keys across lanes in another order and differs in some bit. On every
+// vector ISA (AVX2 and AVX-VNNI as well as AVX-512) GQA's groups of 1, 2, 4, 8 and 16 heads of
+// 64 or 128 take the tile; 3 heads, or heads of 20 (not a multiple of the lanes), fall back; the
+// scalar twin always does.
+template <class KV>
+bool group_gives_per_head_bits(Isa isa, std::size_t group, std::size_t head_dim) {
+  constexpr std::size_t kKeys = 100;
+  const auto q = hllm::test::random_vector(group * head_dim, 41);
+  const auto k = kv_rows<KV>(hllm::test::random_vector(kKeys * head_dim, 42), head_dim);
+  const auto v = kv_rows<KV>(hllm::test::random_vector(kKeys * head_dim, 43), head_dim);
+  const hllm::AttentionScoring scoring(1.0f / std::sqrt(static_cast<float>(head_dim)));
+  const auto& table = hllm::kernels::table_for(isa);
+  std::vector<float> per_head(group * head_dim), grouped(group * head_dim);
+  for (std::size_t g = 0; g < group; ++g)
+    table.attend_head_for<KV>()(q.data() + g * head_dim, k.data(), v.data(), kKeys, head_dim,
+                                scoring, per_head.data() + g * head_dim);
+  table.attend_group_for<KV>()(q.data(), k.data(), v.data(), kKeys, head_dim, group, scoring,
+                               grouped.data());
+  return grouped == per_head;
+}
+
+TEST_P(KernelIsa, GroupedAttentionTakesTheTileWhereItApplies) {
+  const Isa isa = GetParam();
+  const bool tiled = isa != Isa::scalar;
+  for (std::size_t group : {1u, 2u, 4u, 8u, 16u})
+    for (std::size_t head_dim : {64u, 128u}) {
+      EXPECT_EQ(group_gives_per_head_bits<float>(isa, group, head_dim), !tiled)
+          << hllm::to_string(isa) << " f32 group " << group << " head_dim " << head_dim;
+      EXPECT_EQ(group_gives_per_head_bits<hllm::f16>(isa, group, head_dim), !tiled)
+          << hllm::to_string(isa) << " f16 group " << group << " head_dim " << head_dim;
+      EXPECT_EQ(group_gives_per_head_bits<hllm::BlockQ8_0>(isa, group, head_dim), !tiled)
+          << hllm::to_string(isa) << " q8_0 group " << group << " head_dim " << head_dim;
+    }
+  EXPECT_TRUE(group_gives_per_head_bits<float>(isa, 3, 64)) << hllm::to_string(isa);
+  EXPECT_TRUE(group_gives_per_head_bits<float>(isa, 4, 20)) << hllm::to_string(isa);
+}
+
 // A group's heads attended in parts (as LlamaBlock splits one KV head's heads over threads)
 // give the same bits as all together: each tiled group size that divides 16, over latent
 // attention's 576-wide rows, GQA's 64 and 128 and 24 (tiled on AVX2 only), key counts around
