@@ -330,7 +330,7 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
 // Whether the Q4_K and Q5_K decodes ask for their stream ahead (prefetch_stream_ahead): with
 // AVX-512 that made them 0-25% (Q4_K_M) and 10-22% (Q5_K_M) faster on an Emerald Rapids Xeon; on
 // AVX2 and AVX-VNNI, whose decodes issue twice the instructions per line, it was within noise or
-// slower (docs/performance.md, "Layouts and kernels").
+// slower (docs/performance.md, "Decodes that did not ask for their stream").
 inline constexpr bool kKquantStreamPrefetch = HLLM_ISA_LEVEL == 2;
 
 // Decode of one 16-row group of Q4_K or Q5_K panels against one token: out[0..16). Per pair of

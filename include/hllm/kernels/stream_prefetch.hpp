@@ -12,11 +12,11 @@ namespace hllm::kernels {
 // Asks for the lines kStreamPrefetchBytes past `bytes` bytes at `unit` into L2 (prefetcht2): a
 // decode reads its panels front to back, and on Intel's cores the hardware prefetcher alone kept
 // the Q4_0, Q4_1 and Q8_0 panel decodes 10-20% below what they read with this, and asking for
-// the lines in L1 (prefetcht0, 2 KiB ahead) 2-15% below; the F16 panels' decode 4-28% below and
-// the vdpbf16ps decode 24-42% (docs/performance.md, "Layouts and kernels"). Q6_K's decode asks for
-// them too (5-30% faster on an Emerald Rapids Xeon), Q4_K's and Q5_K's with AVX-512 only. The
-// address may lie past the matrix (the next group's panels follow it; a prefetch never faults),
-// so it is formed as an integer.
+// the lines in L1 (prefetcht0, 2 KiB ahead) 2-15% below. With it the F16 panels' decode ran 4-28%
+// faster and the vdpbf16ps decode 24-42% on an Emerald Rapids Xeon; Q6_K's decode asks too (5-30%
+// faster there), Q4_K's and Q5_K's with AVX-512 only (docs/performance.md, "Layouts and kernels"
+// and "Decodes that did not ask for their stream"). The address may lie past the matrix (the next
+// group's panels follow it; a prefetch never faults), so it is formed as an integer.
 inline constexpr std::size_t kStreamPrefetchBytes = 3072;
 inline void prefetch_stream_ahead(const void* unit, std::size_t bytes) {
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(unit) + kStreamPrefetchBytes;
