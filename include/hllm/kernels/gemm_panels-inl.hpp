@@ -69,11 +69,9 @@ inline constexpr int kPanelMax = kWideUnsigned                      ? 255
                                  : std::is_same_v<Block, BlockQ5_K> ? 31
                                                                     : 15;
 // The accumulator's start for values offset by `offset`: −offset·Σx, from the block's bias
-// −128·Σx. The offsets are powers of two that divide 128, so the quotient is exact and an
-// arithmetic shift computes it (a signed division would round toward zero with extra steps).
-inline std::int32_t offset_start(std::int32_t bias, int offset) {
-  return offset == 0 ? 0 : bias >> std::countr_zero(static_cast<unsigned>(128 / offset));
-}
+// −128·Σx, a multiple of 128, so its arithmetic shift by 7 is −Σx exactly (a signed division
+// would round toward zero with extra steps).
+inline std::int32_t offset_start(std::int32_t bias, int offset) { return (bias >> 7) * offset; }
 
 // Q6_K with the emulated dot: each 16-value sub-block's scale weighs its runs' int16 pair sums
 // in the widening vpmaddwd (dot_runs' run_weight) instead of 1, and the offset term

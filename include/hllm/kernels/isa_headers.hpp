@@ -4,7 +4,6 @@
 // isa_avx512.hpp include this first.
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
