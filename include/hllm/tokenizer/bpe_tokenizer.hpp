@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hllm/tokenizer/merge_symbols.hpp"
 #include "hllm/tokenizer/pretokenizer.hpp"
 #include "hllm/tokenizer/token_index.hpp"
 #include "hllm/tokenizer/unicode.hpp"
@@ -44,12 +45,6 @@ class BpeTokenizer {
   }
 
  private:
-  struct Symbol {
-    int prev;
-    int next;
-    std::size_t offset;
-    std::size_t length;  // 0 once merged into its left neighbour
-  };
   struct Bigram {
     int left;
     int right;
@@ -79,56 +74,35 @@ class BpeTokenizer {
         return;
       }
     }
-    std::vector<Symbol> symbols;
-    for (std::size_t offset = 0; offset < word.size();) {
-      const std::size_t length =
-          std::min(unicode::utf8_sequence_length(static_cast<unsigned char>(word[offset])),
-                   word.size() - offset);
-      const int index = static_cast<int>(symbols.size());
-      symbols.push_back(
-          {index - 1, offset + length == word.size() ? -1 : index + 1, offset, length});
-      offset += length;
-    }
-    const auto text_of = [&](const Symbol& s) {
-      return std::string_view(word).substr(s.offset, s.length);
-    };
-
+    MergeSymbols symbols(word);
     std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
     const auto try_add = [&](int left, int right) {
       if (left < 0 || right < 0) return;
-      const auto l = text_of(symbols[static_cast<std::size_t>(left)]);
-      const auto r = text_of(symbols[static_cast<std::size_t>(right)]);
+      const std::string_view l = symbols.piece(left), r = symbols.piece(right);
       const std::int32_t rank = rank_of(l, r);
       if (rank < 0) return;
       queue.push({left, right, rank, std::string(l) + std::string(r)});
     };
-    for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
+    for (int i = 1; i < symbols.size(); ++i) try_add(i - 1, i);
 
     while (!queue.empty()) {
       const Bigram top = queue.top();
       queue.pop();
-      Symbol& left = symbols[static_cast<std::size_t>(top.left)];
-      Symbol& right = symbols[static_cast<std::size_t>(top.right)];
+      const MergeSymbols::Symbol &left = symbols[top.left], &right = symbols[top.right];
       if (left.length == 0 || right.length == 0) continue;
       if (top.text.size() != left.length + right.length ||
           std::string_view(word).substr(left.offset, top.text.size()) != top.text ||
           right.offset != left.offset + left.length)
         continue;  // stale: one side changed since the pair was queued
-      left.length += right.length;
-      right.length = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols[static_cast<std::size_t>(right.next)].prev = top.left;
+      symbols.merge(top.left, top.right);
       try_add(left.prev, top.left);
       try_add(top.left, left.next);
     }
 
-    for (int i = 0; i != -1; i = symbols[static_cast<std::size_t>(i)].next) {
-      const Symbol& s = symbols[static_cast<std::size_t>(i)];
-      if (s.length == 0) continue;
-      const auto piece = text_of(s);
+    symbols.for_each_piece([&](std::string_view piece) {
       if (const std::int32_t id = index_->find(piece); id >= 0) {
         out.push_back(id);
-        continue;
+        return;
       }
       // llama.cpp looks each *byte* of the (already byte-mapped) piece up as a one-character
       // token; we do the same so that our ids match, even though those bytes are mostly
@@ -137,7 +111,7 @@ class BpeTokenizer {
         if (const std::int32_t id = index_->find(std::string_view(&c, 1)); id >= 0)
           out.push_back(id);
       }
-    }
+    });
   }
 
   const TokenIndex* index_;

@@ -5,7 +5,6 @@
 // and finally emit each piece as its token, or as <0xNN> byte tokens when it is not one.
 // The caller has already applied the whitespace rules (leading space, ' ' -> U+2581).
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <queue>
@@ -14,8 +13,8 @@
 #include <vector>
 
 #include "hllm/core/error.hpp"
+#include "hllm/tokenizer/merge_symbols.hpp"
 #include "hllm/tokenizer/token_index.hpp"
-#include "hllm/tokenizer/unicode.hpp"
 #include "hllm/tokenizer/vocabulary.hpp"
 
 namespace hllm::tokenizer {
@@ -69,55 +68,35 @@ class SpmTokenizer {
   // Appends the ids of `text` (already escaped) to `out`.
   void encode(std::string_view text, std::vector<std::int32_t>& out) const {
     if (text.empty()) return;
-    // One symbol per UTF-8 character, grouped by the lead byte alone like llama.cpp, so invalid
-    // bytes form (short) symbols of their own and fall back to byte tokens.
-    std::vector<Symbol> symbols;
-    for (std::size_t offset = 0; offset < text.size();) {
-      const std::size_t length =
-          std::min(unicode::utf8_sequence_length(static_cast<unsigned char>(text[offset])),
-                   text.size() - offset);
-      const int index = static_cast<int>(symbols.size());
-      symbols.push_back(
-          {index - 1, offset + length == text.size() ? -1 : index + 1, offset, length});
-      offset += length;
-    }
-
+    MergeSymbols symbols(text);
     std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
     const auto try_add = [&](int left, int right) {
       if (left < 0 || right < 0) return;
-      const Symbol& l = symbols[static_cast<std::size_t>(left)];
-      const Symbol& r = symbols[static_cast<std::size_t>(right)];
-      const std::size_t size = l.length + r.length;
-      const std::int32_t id = index_->find(text.substr(l.offset, size));
+      const std::size_t size = symbols[left].length + symbols[right].length;
+      const std::int32_t id = index_->find(text.substr(symbols[left].offset, size));
       if (id < 0) return;
       queue.push({left, right, vocab_->score_of(static_cast<std::size_t>(id)), size});
     };
-    for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
+    for (int i = 1; i < symbols.size(); ++i) try_add(i - 1, i);
 
     while (!queue.empty()) {
       const Bigram top = queue.top();
       queue.pop();
-      Symbol& left = symbols[static_cast<std::size_t>(top.left)];
-      Symbol& right = symbols[static_cast<std::size_t>(top.right)];
+      const MergeSymbols::Symbol &left = symbols[top.left], &right = symbols[top.right];
       // A pair is stale once either side was merged into something else.
       if (left.length == 0 || right.length == 0 || left.length + right.length != top.size) continue;
-      left.length += right.length;
-      right.length = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols[static_cast<std::size_t>(right.next)].prev = top.left;
+      symbols.merge(top.left, top.right);
       try_add(left.prev, top.left);
       try_add(top.left, left.next);
     }
 
-    for (int i = 0; i != -1; i = symbols[static_cast<std::size_t>(i)].next) {
-      const Symbol& s = symbols[static_cast<std::size_t>(i)];
-      const std::string_view piece = text.substr(s.offset, s.length);
+    symbols.for_each_piece([&](std::string_view piece) {
       // Every merge produced a token, so a piece that is not one is a single character
       // missing from the vocabulary: emit its bytes.
       const std::int32_t id = index_->find(piece);
       if (id >= 0) {
         out.push_back(id);
-        continue;
+        return;
       }
       for (char c : piece) {
         const std::int32_t byte_id = byte_tokens_[static_cast<unsigned char>(c)];
@@ -127,16 +106,10 @@ class SpmTokenizer {
                       "an unknown token");
         out.push_back(byte_id);
       }
-    }
+    });
   }
 
  private:
-  struct Symbol {
-    int prev;
-    int next;
-    std::size_t offset;
-    std::size_t length;  // 0 once merged into its left neighbour
-  };
   struct Bigram {
     int left;
     int right;
