@@ -25,7 +25,7 @@
 #include "hllm/core/error.hpp"
 #include "hllm/core/layouts.hpp"
 #include "hllm/io/gguf_types.hpp"
-#include "hllm/io/mapped_file.hpp"
+#include "hllm/io/mapped_format.hpp"
 
 namespace hllm::gguf {
 
@@ -53,27 +53,13 @@ inline std::string quote(std::string_view s, std::size_t max_shown = 80) {
   return text;
 }
 
-class File {
- public:
-  // Maps `path` and parses it.
-  static File open(const std::string& path) {
-    return File(std::make_shared<const io::MappedFile>(io::MappedFile::open(path)));
-  }
-  // Parses bytes owned by the caller, who keeps them alive as long as this File (and any view
-  // of its tensors) is used. `name` stands for the path in error messages.
-  static File from_memory(std::span<const std::byte> bytes, std::string name) {
-    return File(std::make_shared<const io::MappedFile>(
-        io::MappedFile::from_memory(bytes, std::move(name))));
-  }
+class File : public io::MappedFormat<File> {
+  friend class io::MappedFormat<File>;
 
-  const std::string& path() const noexcept { return file_->path(); }
+ public:
   std::uint32_t version() const noexcept { return version_; }
   std::size_t alignment() const noexcept { return alignment_; }
   std::uint64_t data_offset() const noexcept { return data_offset_; }
-  std::span<const std::byte> bytes() const noexcept { return file_->bytes(); }
-  // True when the bytes are this object's own read-only private mapping of a file (not memory
-  // borrowed from the caller): pages may then be dropped and would fault back from the file.
-  bool is_mapped() const noexcept { return file_->is_mapped(); }
 
   bool has(std::string_view key) const { return index_.find(key) != index_.end(); }
   ValueType type_of(std::string_view key) const { return entry(key).type; }
@@ -250,7 +236,9 @@ class File {
     }
   };
 
-  explicit File(std::shared_ptr<const io::MappedFile> file) : file_(std::move(file)) { parse(); }
+  explicit File(std::shared_ptr<const io::MappedFile> file) : MappedFormat(std::move(file)) {
+    parse();
+  }
 
   [[noreturn]] void fail(ErrorKind kind, const std::string& message, const std::string& field,
                          std::optional<std::uint64_t> offset) const {
@@ -548,7 +536,6 @@ class File {
     }
   }
 
-  std::shared_ptr<const io::MappedFile> file_;  // heap-held: tensor data pointers stay valid
   std::uint32_t version_ = 0;
   std::size_t alignment_ = kDefaultAlignment;
   std::uint64_t data_offset_ = 0;

@@ -31,7 +31,7 @@
 #include "hllm/core/error.hpp"
 #include "hllm/core/layouts.hpp"
 #include "hllm/io/input_file.hpp"
-#include "hllm/io/mapped_file.hpp"
+#include "hllm/io/mapped_format.hpp"
 
 namespace hllm::safetensors {
 
@@ -113,21 +113,11 @@ inline bool dtype_from_name(const std::string& name, DType& type, std::uint64_t&
 
 }  // namespace detail
 
-class File {
- public:
-  // Maps `path` and parses it.
-  static File open(const std::string& path) {
-    return File(std::make_shared<const io::MappedFile>(io::MappedFile::open(path)));
-  }
-  // Parses bytes the caller keeps alive as long as this File; `name` stands for the path.
-  static File from_memory(std::span<const std::byte> bytes, std::string name) {
-    return File(std::make_shared<const io::MappedFile>(
-        io::MappedFile::from_memory(bytes, std::move(name))));
-  }
+class File : public io::MappedFormat<File> {
+  friend class io::MappedFormat<File>;
 
-  const std::string& path() const noexcept { return file_->path(); }
+ public:
   std::uint64_t data_offset() const noexcept { return data_offset_; }
-  std::span<const std::byte> bytes() const noexcept { return file_->bytes(); }
   const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
   const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
   const TensorInfo* find_tensor(std::string_view name) const noexcept {
@@ -136,7 +126,9 @@ class File {
   }
 
  private:
-  explicit File(std::shared_ptr<const io::MappedFile> file) : file_(std::move(file)) { parse(); }
+  explicit File(std::shared_ptr<const io::MappedFile> file) : MappedFormat(std::move(file)) {
+    parse();
+  }
 
   [[noreturn]] void fail(ErrorKind kind, const std::string& message, const std::string& field,
                          std::optional<std::uint64_t> offset = {}) const {
@@ -276,7 +268,6 @@ class File {
            sorted.empty() ? "header" : sorted.back()->name, data_offset_ + expected);
   }
 
-  std::shared_ptr<const io::MappedFile> file_;
   std::uint64_t data_offset_ = 0;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, std::size_t, std::less<>> index_;
