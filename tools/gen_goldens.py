@@ -577,23 +577,28 @@ def gen_swiglu(out_dir: Path) -> None:
          f"HF LlamaMLP max diff {err:.1e}")
 
 
+def block_weights(rng: Rng, dim: int, n_heads: int, n_kv_heads: int, hd: int, ffn: int) -> dict:
+    """One Llama block's weights, drawn from rng in this order (the goldens depend on it)."""
+    return {
+        "attn_norm": rng.norm_weight(dim),  # [dim]
+        "wq": rng.linear(n_heads * hd, dim),  # [n_heads·hd, dim]
+        "wk": rng.linear(n_kv_heads * hd, dim),  # [n_kv_heads·hd, dim]
+        "wv": rng.linear(n_kv_heads * hd, dim),  # [n_kv_heads·hd, dim]
+        "wo": rng.linear(dim, n_heads * hd),  # [dim, n_heads·hd]
+        "ffn_norm": rng.norm_weight(dim),  # [dim]
+        "w_gate": rng.linear(ffn, dim),  # [ffn, dim]
+        "w_up": rng.linear(ffn, dim),  # [ffn, dim]
+        "w_down": rng.linear(dim, ffn),  # [dim, ffn]
+    }
+
+
 def gen_block(out_dir: Path) -> None:
     rng = Rng(5)
     dim, n_heads, n_kv_heads, ffn, T = 64, 4, 2, 128, 11
     hd = dim // n_heads  # 16
     eps, theta = 1e-5, 10000.0
     x = rng.normal(T, dim)  # [T, dim]
-    w = {
-        "attn_norm": rng.norm_weight(dim),  # [dim]
-        "wq": rng.linear(n_heads * hd, dim),  # [64, 64]
-        "wk": rng.linear(n_kv_heads * hd, dim),  # [32, 64]
-        "wv": rng.linear(n_kv_heads * hd, dim),  # [32, 64]
-        "wo": rng.linear(dim, n_heads * hd),  # [64, 64]
-        "ffn_norm": rng.norm_weight(dim),  # [dim]
-        "w_gate": rng.linear(ffn, dim),  # [128, 64]
-        "w_up": rng.linear(ffn, dim),  # [128, 64]
-        "w_down": rng.linear(dim, ffn),  # [64, 128]
-    }
+    w = block_weights(rng, dim, n_heads, n_kv_heads, hd, ffn)
     pos = torch.arange(T)  # [T]
     inv_freq = inv_freq_base(theta, hd)  # [hd/2]
     out = llama_block(x, w, pos, n_heads, n_kv_heads, eps, inv_freq, "interleaved")  # [T, dim]
@@ -660,17 +665,7 @@ def gen_model(out_dir: Path, filename: str, seed: int, tied: bool, theta: float,
     weights: dict = {"tok_embeddings": rng.normal(vocab, dim)}  # [vocab, dim], std 1
     layers = []
     for l in range(n_layers):
-        lw = {
-            "attn_norm": rng.norm_weight(dim),  # [dim]
-            "wq": rng.linear(n_heads * hd, dim),  # [64, 64]
-            "wk": rng.linear(n_kv_heads * hd, dim),  # [32, 64]
-            "wv": rng.linear(n_kv_heads * hd, dim),  # [32, 64]
-            "wo": rng.linear(dim, n_heads * hd),  # [64, 64]
-            "ffn_norm": rng.norm_weight(dim),  # [dim]
-            "w_gate": rng.linear(ffn, dim),  # [172, 64]
-            "w_up": rng.linear(ffn, dim),  # [172, 64]
-            "w_down": rng.linear(dim, ffn),  # [64, 172]
-        }
+        lw = block_weights(rng, dim, n_heads, n_kv_heads, hd, ffn)
         layers.append(lw)
         weights.update({f"layers.{l}.{k}": v for k, v in lw.items()})
     weights["norm"] = rng.norm_weight(dim)  # [dim]
