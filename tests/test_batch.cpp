@@ -13,12 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "batch_entry.hpp"
 #include "hllm/model/batch.hpp"
 #include "hllm/model/repack.hpp"
 #include "test_util.hpp"
 #include "typed_weights.hpp"
 
 namespace {
+
+using hllm::test::run_entry;
 
 using hllm::BatchEntry;
 using hllm::ErrorKind;
@@ -175,18 +178,6 @@ TEST(BatchedForward, RotatedQuantizedCachesGiveTheSessionLogits) {
       if (HasFatalFailure()) return;
       for (Sequence& s : sequences) s.table.release_all(allocator);
     }
-}
-
-// Runs `tokens` after the table's committed positions through the runner in one entry (after
-// prepare_append) and returns every position's logits.   [tokens][vocab]
-std::vector<float> run_entry(hllm::BatchRunner<>& runner, KVBlockTable& table,
-                             std::span<const std::int32_t> tokens, hllm::AnyPagedKVStorage& storage,
-                             KVBlockAllocator& allocator) {
-  const auto copy = [&](hllm::BlockId from, hllm::BlockId to) { storage.copy_block(from, to); };
-  EXPECT_TRUE(table.prepare_append(allocator, tokens.size(), copy));
-  const BatchEntry entry{&table, tokens, Logits::all};
-  const auto logits = runner.forward(std::span(&entry, 1), storage, allocator);
-  return {logits.begin(), logits.end()};
 }
 
 // A sequence whose prompt starts with published blocks takes them by reference and prefills

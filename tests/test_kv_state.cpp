@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "batch_entry.hpp"
 #include "hllm/io/kv_state_file.hpp"
 #include "hllm/model/batch.hpp"
 #include "test_util.hpp"
@@ -28,16 +29,16 @@
 
 namespace {
 
+using hllm::test::run_entry;
+
 namespace fs = std::filesystem;
 namespace format = hllm::kv_state_format;
 using hllm::AnyPagedKVStorage;
-using hllm::BatchEntry;
 using hllm::ErrorKind;
 using hllm::KVBlockAllocator;
 using hllm::KVBlockTable;
 using hllm::KVStateFile;
 using hllm::KVType;
-using hllm::Logits;
 using hllm::test::expect_error;
 
 constexpr std::size_t kBlock = hllm::kDefaultBlockTokens;
@@ -83,18 +84,6 @@ void reseal(std::vector<std::byte>& bytes) {
   put(bytes, format::kHeaderChecksumAt,
       hllm::xxh64(std::span(bytes).first(format::kHeaderChecksumAt)), 8);
   put(bytes, bytes.size() - 8, hllm::xxh64(std::span(bytes).first(bytes.size() - 8)), 8);
-}
-
-// Runs `tokens` after the table's committed positions in one entry and returns every position's
-// logits.   [tokens][vocab]
-std::vector<float> run_entry(hllm::BatchRunner<>& runner, KVBlockTable& table,
-                             std::span<const std::int32_t> tokens, AnyPagedKVStorage& storage,
-                             KVBlockAllocator& allocator) {
-  const auto copy = [&](hllm::BlockId from, hllm::BlockId to) { storage.copy_block(from, to); };
-  EXPECT_TRUE(table.prepare_append(allocator, tokens.size(), copy));
-  const BatchEntry entry{&table, tokens, Logits::all};
-  const auto logits = runner.forward(std::span(&entry, 1), storage, allocator);
-  return {logits.begin(), logits.end()};
 }
 
 // --- XXH64 -----------------------------------------------------------------------------------
