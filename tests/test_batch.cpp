@@ -21,14 +21,13 @@
 
 namespace {
 
-using hllm::test::run_entry;
-
 using hllm::BatchEntry;
 using hllm::ErrorKind;
 using hllm::KVBlockAllocator;
 using hllm::KVBlockTable;
 using hllm::KVType;
 using hllm::Logits;
+using hllm::test::run_entry;
 
 hllm::ModelConfig batch_config() { return hllm::test::two_layer_gqa_config(); }
 

@@ -29,8 +29,6 @@
 
 namespace {
 
-using hllm::test::run_entry;
-
 namespace fs = std::filesystem;
 namespace format = hllm::kv_state_format;
 using hllm::AnyPagedKVStorage;
@@ -40,6 +38,7 @@ using hllm::KVBlockTable;
 using hllm::KVStateFile;
 using hllm::KVType;
 using hllm::test::expect_error;
+using hllm::test::run_entry;
 
 constexpr std::size_t kBlock = hllm::kDefaultBlockTokens;
 

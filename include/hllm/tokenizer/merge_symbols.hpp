@@ -38,7 +38,6 @@ class MergeSymbols {
 
   int size() const noexcept { return static_cast<int>(symbols_.size()); }
   const Symbol& operator[](int i) const { return symbols_[static_cast<std::size_t>(i)]; }
-  std::string_view text() const noexcept { return text_; }
   std::string_view piece(int i) const { return text_.substr((*this)[i].offset, (*this)[i].length); }
 
   // Joins symbol `right` (left's live right neighbour) onto symbol `left`.
