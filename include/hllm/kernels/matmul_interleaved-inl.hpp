@@ -327,12 +327,6 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
       L::store(out + t * out_stride, acc[t]);
 }
 
-// Whether the Q4_K and Q5_K decodes ask for their stream ahead (prefetch_stream_ahead): with
-// AVX-512 that made them 0-25% (Q4_K_M) and 10-22% (Q5_K_M) faster on an Emerald Rapids Xeon; on
-// AVX2 and AVX-VNNI, whose decodes issue twice the instructions per line, it was within noise or
-// slower (docs/performance.md, "Decodes that did not ask for their stream").
-inline constexpr bool kKquantStreamPrefetch = HLLM_ISA_LEVEL == 2;
-
 // Decode of one 16-row group of Q4_K or Q5_K panels against one token: out[0..16). Per pair of
 // sub-blocks, the low nibbles (sub-block 2p) and the high ones (2p + 1) run one chain each
 // against their activation blocks (high_nibbles for Q4_K); Q5_K shifts each value's fifth bit
@@ -353,9 +347,11 @@ inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std
     // Streams from DRAM stay fast only while the unit's lines are first touched in address
     // order (the hardware prefetcher loses a stream that jumps back): the fifth bits, read again
     // for every pair, are asked for before the first pair's quants, and each pair's scale line
-    // before its quants, which its dot reads first. With AVX-512 the next units' lines are asked
-    // for as well (kKquantStreamPrefetch).
-    if constexpr (kKquantStreamPrefetch) prefetch_stream_ahead(&unit, sizeof(unit));
+    // before its quants, which its dot reads first. The next units' lines are asked for as well,
+    // on every ISA: with AVX-512 that made these decodes 0-25% (Q4_K_M) and 10-22% (Q5_K_M)
+    // faster on an Emerald Rapids Xeon, with AVX2 1.5-1.9× on a Zen 5, where the hardware
+    // prefetcher alone streamed a Q5_K panel at 12 GB/s (docs/performance.md, "Zen 5").
+    prefetch_stream_ahead(&unit, sizeof(unit));
     if constexpr (kFifthBit)
       _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) __builtin_prefetch(unit.qh[k]);
     const L::Float d = L::load(unit.d), dmin = L::load(unit.dmin);
