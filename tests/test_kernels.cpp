@@ -1213,6 +1213,62 @@ TEST(KernelAvx512Bf16, PanelDotMatchesReferenceWithinActivationRounding) {
   }
 }
 
+// The token panels packed once per operation (pack_bf16_tokens, in two ranges of token groups as
+// two threads would) hold the values each chunk packs for itself, so the GEMM gives the same bits
+// from either: prefill sizes, token chunks of 512 and column blocks of 256 crossed, odd pair
+// counts, row ranges split inside groups. And a Compute that keeps room for the panels
+// (ComputeLimits::bf16_token_panels) gives the bits of one that does not, through matmul and the
+// fused gate/up, on two threads.
+TEST(KernelAvx512Bf16, TokenPanelsPackedOnceGiveTheChunksBits) {
+  if (!hllm::cpu_supports(Isa::avx512) ||
+      hllm::kernels::table_for(Isa::avx512).pack_bf16_tokens == nullptr)
+    GTEST_SKIP() << "needs AVX512-BF16";
+  const auto& table = hllm::kernels::table_for(Isa::avx512);
+  ASSERT_NE(table.matmul_bf16_x16_packed, nullptr);
+  for (auto [rows, cols, n] : kBf16PanelShapes) {
+    if (n < hllm::kernels::kBf16PackedMinTokens) continue;
+    const Bf16Panels p = bf16_panels(rows, cols, n, 7 * rows + cols + n);
+    hllm::AlignedBuffer<std::uint32_t> packed(hllm::kernels::bf16_token_panels_dwords(cols, n));
+    const std::size_t groups = (n + 15) / 16;
+    table.pack_bf16_tokens(p.x.data(), cols, n, 0, groups / 2, packed.data());
+    table.pack_bf16_tokens(p.x.data(), cols, n, groups / 2, groups, packed.data());
+    for (std::size_t split : {std::size_t{rows} / 2 / 16 * 16, std::size_t{rows} / 2 | 1}) {
+      std::vector<float> per_chunk(n * rows, NAN), once(n * rows, NAN);
+      auto scratch = scratch_for(cols, n);
+      for (auto [begin, end] :
+           {std::pair{std::size_t{0}, split}, std::pair{split, std::size_t{rows}}}) {
+        table.matmul_bf16_x16_dot(p.panels.data(), rows, cols, p.x.data(), n, per_chunk.data(),
+                                  begin, end, scratch.data());
+        table.matmul_bf16_x16_packed(p.panels.data(), rows, cols, p.x.data(), packed.data(), n,
+                                     once.data(), begin, end, scratch.data());
+      }
+      ASSERT_EQ(0, std::memcmp(per_chunk.data(), once.data(), once.size() * sizeof(float)))
+          << rows << "x" << cols << ", " << n << " tokens, split " << split;
+    }
+  }
+
+  const std::size_t rows = 96, cols = 600, n = 40;
+  const Bf16Panels gate = bf16_panels(rows, cols, n, 5), up = bf16_panels(rows, cols, n, 6);
+  const hllm::WeightTensor gate_w{hllm::DType::bf16_x16, gate.panels.data(), rows, cols, "gate"},
+      up_w{hllm::DType::bf16_x16, up.panels.data(), rows, cols, "up"};
+  hllm::ThreadPool pool(2);
+  std::vector<hllm::BlockQ8Act> activations(n * (cols / 32 + 1));
+  const hllm::Compute per_chunk(table, pool, activations, {cols, n, false}),
+      once(table, pool, activations, {cols, n, true});
+  for (std::size_t tokens : {std::size_t{8}, std::size_t{17}, n}) {
+    std::vector<float> a(tokens * rows), b(tokens * rows);
+    per_chunk.matmul(gate_w, gate.x.data(), tokens, a.data());
+    once.matmul(gate_w, gate.x.data(), tokens, b.data());
+    EXPECT_EQ(a, b) << "matmul, " << tokens << " tokens";
+    std::vector<float> ga(tokens * rows), ua(tokens * rows), gb(tokens * rows), ub(tokens * rows);
+    per_chunk.gate_up_activated(gate_w, up_w, hllm::GateActivation::silu, gate.x.data(), tokens,
+                                ga.data(), ua.data(), ga.data());
+    once.gate_up_activated(gate_w, up_w, hllm::GateActivation::silu, gate.x.data(), tokens,
+                           gb.data(), ub.data(), gb.data());
+    EXPECT_EQ(ga, gb) << "gate/up, " << tokens << " tokens";
+  }
+}
+
 #if HLLM_X86
 // AVX-512 CPUs without VNNI get the vpmaddubsw build of the integer kernels; this machine may
 // have VNNI, so call both builds directly: the integer dots are exact and the float operations

@@ -18,7 +18,11 @@ const KernelTable& avx512_table() {
     table.prefer(LayoutKind::float_panels16);
     table.prefer(LayoutKind::bf16_pairs16);
     // With AVX512-BF16 the pair panels are also the vdpbf16ps GEMM's own.
-    if (cpu_features().avx512_bf16) table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
+    if (cpu_features().avx512_bf16) {
+      table.matmul_bf16_x16_dot = &avx512_bf16::matmul_bf16_x16_dot;
+      table.pack_bf16_tokens = &avx512_bf16::pack_bf16_token_groups;
+      table.matmul_bf16_x16_packed = &avx512_bf16::matmul_bf16_x16_packed;
+    }
     // Without VNNI the AVX-512 integer panels are compiled and tested but not measured (no such
     // CPU here), so a load keeps the file's layout there. The 8-row groups run directly with
     // AVX-512 VNNI only.

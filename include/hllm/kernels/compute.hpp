@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -29,6 +30,11 @@ namespace hllm {
 // The largest matmul call a Compute's kernel scratch must serve: input features and tokens.
 struct ComputeLimits {
   std::size_t max_cols = 8192, max_tokens = 64;
+  // Room for a whole operation's activations as the BF16 GEMM's token panels
+  // (bf16_token_panels_dwords(max_cols, max_tokens) dwords), packed once and read by every row
+  // chunk: set it for a model with BF16 panels (DType::bf16_x16). Unset, or where the CPU has no
+  // AVX512-BF16, the GEMM packs the tokens in each chunk.
+  bool bf16_token_panels = false;
 };
 
 class Compute {
@@ -66,7 +72,12 @@ class Compute {
         activations_(activation_scratch),
         limits_(limits),
         scratch_stride_(kernels::matmul_scratch_bytes(limits.max_cols, limits.max_tokens)),
-        scratch_(pool.size() * scratch_stride_) {}
+        scratch_(pool.size() * scratch_stride_),
+        bf16_tokens_(limits.bf16_token_panels && !activation_scratch.empty() &&
+                             table.pack_bf16_tokens != nullptr &&
+                             limits.max_tokens >= kernels::kBf16PackedMinTokens
+                         ? kernels::bf16_token_panels_dwords(limits.max_cols, limits.max_tokens)
+                         : 0) {}
 
   const kernels::KernelTable& kernels() const noexcept { return *table_; }
   // The 8-bit activation blocks this Compute holds (0: float32 activations throughout).
@@ -102,9 +113,10 @@ class Compute {
   void matmul_fused(std::span<const Product> products, const float* x, std::size_t n_tokens) const {
     const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
     for (const Product& p : products) check_scratch(*p.w, n_tokens);
+    const std::uint32_t* xb = prepare_bf16_tokens(products, x, n_tokens);
     split_stacked(products, n_tokens,
                   [&](const Product& p, std::size_t begin, std::size_t end, std::size_t thread) {
-                    rows_of(*p.w, x, xq, n_tokens, p.y, begin, end, thread);
+                    rows_of(*p.w, x, xq, xb, n_tokens, p.y, begin, end, thread);
                   });
   }
 
@@ -132,7 +144,7 @@ class Compute {
     }
     split_stacked(std::span<const ProductOf>(products), n_tokens,
                   [&](const ProductOf& p, std::size_t begin, std::size_t end, std::size_t thread) {
-                    rows_of(*p.w, p.x, p.xq, n_tokens, p.y, begin, end, thread);
+                    rows_of(*p.w, p.x, p.xq, nullptr, n_tokens, p.y, begin, end, thread);
                   });
   }
 
@@ -152,6 +164,7 @@ class Compute {
     const Product products[] = {{&gate, gate_y}, {&up, up_y}};
     check_scratch(gate, n_tokens);
     const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
+    const std::uint32_t* xb = prepare_bf16_tokens(products, x, n_tokens);
     const std::size_t rows = gate.rows;
     const kernels::GateActivationFn act = gate_activation(activation);
     // Decode-sized batches stream the weights: a chunk alternates between gate and up every
@@ -163,8 +176,8 @@ class Compute {
           [&](std::size_t begin, std::size_t end, std::size_t thread) {
             for (std::size_t b = begin; b < end; b += step) {
               const std::size_t e = std::min(end, b + step);
-              rows_of(gate, x, xq, n_tokens, gate_y, b, e, thread);
-              rows_of(up, x, xq, n_tokens, up_y, b, e, thread);
+              rows_of(gate, x, xq, xb, n_tokens, gate_y, b, e, thread);
+              rows_of(up, x, xq, xb, n_tokens, up_y, b, e, thread);
             }
             for (std::size_t t = 0; t < n_tokens; ++t)
               act(gate_y + t * rows + begin, up_y + t * rows + begin, end - begin,
@@ -236,6 +249,26 @@ class Compute {
     return quantize(x, cols, n_tokens, activations_.data());
   }
 
+  // x rounded to bf16 once, as the BF16 GEMM's token panels, for the products that run it (BF16
+  // panels on the vdpbf16ps kernel, kBf16PackedMinTokens tokens or more), where this Compute
+  // has room for them; nullptr otherwise (each chunk packs its own, the same values).
+  const std::uint32_t* prepare_bf16_tokens(std::span<const Product> products, const float* x,
+                                           std::size_t n_tokens) const {
+    if (bf16_tokens_.empty() || n_tokens < kernels::kBf16PackedMinTokens) return nullptr;
+    std::size_t cols = 0;
+    for (const Product& p : products)
+      if (bf16_dot_kernel(p.w->type) != nullptr) cols = p.w->cols;
+    if (cols == 0) return nullptr;
+    for (const Product& p : products)  // fused products share their input; checked anyway
+      if (p.w->cols != cols) return nullptr;
+    std::uint32_t* const packed = bf16_tokens_.data();
+    split((n_tokens + 15) / 16, 1, n_tokens * cols,
+          [&](std::size_t begin, std::size_t end, std::size_t) {
+            table_->pack_bf16_tokens(x, cols, n_tokens, begin, end, packed);
+          });
+    return packed;
+  }
+
   // x: [n_tokens][cols] as 8-bit blocks into xq: [n_tokens][cols/32]; returns xq.
   BlockQ8Act* quantize(const float* x, std::size_t cols, std::size_t n_tokens,
                        BlockQ8Act* xq) const {
@@ -275,13 +308,18 @@ class Compute {
                   {}, w.name);
   }
 
-  // Rows [begin, end) of y = w · x on pool thread `thread`, with the kernel matmul() chose.
-  void rows_of(const WeightTensor& w, const float* x, const BlockQ8Act* xq, std::size_t n_tokens,
-               float* y, std::size_t begin, std::size_t end, std::size_t thread) const {
+  // Rows [begin, end) of y = w · x on pool thread `thread`, with the kernel matmul() chose; xb:
+  // x's bf16 token panels (prepare_bf16_tokens) or nullptr.
+  void rows_of(const WeightTensor& w, const float* x, const BlockQ8Act* xq, const std::uint32_t* xb,
+               std::size_t n_tokens, float* y, std::size_t begin, std::size_t end,
+               std::size_t thread) const {
     void* const scratch = scratch_of(thread);
     if (uses_int8(w))
       return table_->quant_matmul_for(w.type)(w.data, w.rows, w.cols, xq, n_tokens, y, begin, end,
                                               scratch);
+    if (xb != nullptr && bf16_dot_kernel(w.type) != nullptr)
+      return table_->matmul_bf16_x16_packed(w.data, w.rows, w.cols, x, xb, n_tokens, y, begin, end,
+                                            scratch);
     kernels::MatmulFn fn = exact_kernel(w.type);
     if (const kernels::MatmulFn dot = bf16_dot_kernel(w.type); dot != nullptr) fn = dot;
     fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end, scratch);  // checked beforehand
@@ -305,6 +343,8 @@ class Compute {
   Limits limits_;
   std::size_t scratch_stride_;                // bytes per thread, a multiple of 64
   mutable AlignedBuffer<std::byte> scratch_;  // [pool threads][scratch_stride_]
+  // bf16_token_panels_dwords(max_cols, max_tokens), or empty (limits.bf16_token_panels unset)
+  mutable AlignedBuffer<std::uint32_t> bf16_tokens_;
 };
 
 }  // namespace hllm

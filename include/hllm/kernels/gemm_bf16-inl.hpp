@@ -74,25 +74,48 @@ inline void bf16_panel_tile(const std::uint32_t* const* panels, const std::uint3
           _mm512_storeu_ps(y + j * y_stride + 16 * p, acc[p][j]);
 }
 
+// Token groups [group_begin, group_end) of x: [n_tokens][cols] as the GEMM's token panels,
+// every column block, into `packed` (kernels/scratch.hpp's layout, bf16_token_panels_dwords(cols,
+// n_tokens) dwords, 64-byte aligned): the same values the GEMM packs per chunk without them.
+inline void pack_bf16_token_groups(const float* x, std::size_t cols, std::size_t n_tokens,
+                                   std::size_t group_begin, std::size_t group_end,
+                                   std::uint32_t* packed) {
+  for (std::size_t c0 = 0; c0 < cols; c0 += 2 * kBf16PanelPairs) {
+    const std::size_t width = std::min(2 * kBf16PanelPairs, cols - c0), pairs = (width + 1) / 2;
+    for (std::size_t g = group_begin; g < group_end; ++g)
+      pack_float_pairs(x + 16 * g * cols + c0, cols, std::min<std::size_t>(16, n_tokens - 16 * g),
+                       width, pairs, packed + bf16_token_panel_offset(c0, 16 * g, pairs, n_tokens));
+  }
+}
+
 // Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] from the panels
 // panel_of(r, c0, width, pairs, scratch) gives: columns [c0, c0 + width) of rows r..r+15 as
 // `pairs` column pairs of 16 dwords, packed into `scratch` (kBf16PanelPairs·16 dwords, 64-byte
-// aligned) or read in place from repacked weights. The token panel lives in the caller's
-// scratch (kBf16TokenChunk · kBf16PanelPairs dwords, 64-byte aligned).
+// aligned) or read in place from repacked weights. The token panels are read from `packed`
+// (pack_bf16_token_groups, once per operation for every chunk) or, where it is nullptr, packed
+// per token chunk into the caller's scratch (kBf16TokenChunk · kBf16PanelPairs dwords, 64-byte
+// aligned), which on a Zen 5 cost a quarter of the GEMM's time at 32 row chunks.
 template <class PanelOf>
 inline void gemm_bf16_panels(std::size_t rows, std::size_t cols, const float* x,
-                             std::size_t n_tokens, float* y, std::size_t row_begin,
-                             std::size_t groups, void* token_scratch, PanelOf&& panel_of) {
+                             const std::uint32_t* packed, std::size_t n_tokens, float* y,
+                             std::size_t row_begin, std::size_t groups, void* token_scratch,
+                             PanelOf&& panel_of) {
   alignas(64) std::uint32_t scratch[2][kBf16PanelPairs * 16];
-  std::uint32_t* const xpanel = static_cast<std::uint32_t*>(token_scratch);
   for (std::size_t t0 = 0; t0 < n_tokens; t0 += kBf16TokenChunk) {
     const std::size_t chunk = std::min(kBf16TokenChunk, n_tokens - t0);
     for (std::size_t c0 = 0; c0 < cols; c0 += 2 * kBf16PanelPairs) {
       const std::size_t width = std::min(2 * kBf16PanelPairs, cols - c0);
       const std::size_t pairs = (width + 1) / 2;
-      for (std::size_t t = 0; t < chunk; t += 16)
-        pack_float_pairs(x + (t0 + t) * cols + c0, cols, std::min<std::size_t>(16, chunk - t),
-                         width, pairs, xpanel + t * pairs);
+      const std::uint32_t* xpanel;
+      if (packed != nullptr) {
+        xpanel = packed + bf16_token_panel_offset(c0, t0, pairs, n_tokens);
+      } else {
+        std::uint32_t* const own = static_cast<std::uint32_t*>(token_scratch);
+        for (std::size_t t = 0; t < chunk; t += 16)
+          pack_float_pairs(x + (t0 + t) * cols + c0, cols, std::min<std::size_t>(16, chunk - t),
+                           width, pairs, own + t * pairs);
+        xpanel = own;
+      }
       for (std::size_t g = 0; g < groups; g += 2) {
         const std::size_t r = row_begin + g * 16, panels = std::min<std::size_t>(2, groups - g);
         const std::uint32_t* panel[2] = {};
@@ -161,9 +184,11 @@ inline void bf16_x16_dot_rows(const std::uint32_t* panels, std::size_t rows, std
 // The same for weights repacked into 16-row pair panels (DType::bf16_x16), which are the GEMM's
 // panels already: no packing; under kBf16PackedMinTokens tokens (decode) the panels' dot tile.
 // Rows outside whole groups take the float-activation kernel (matmul_bf16_x16).
-inline void matmul_bf16_x16_dot(const void* weights, std::size_t rows, std::size_t cols,
-                                const float* x, std::size_t n_tokens, float* y,
-                                std::size_t row_begin, std::size_t row_end, void* scratch) {
+// packed: x as the GEMM's token panels (pack_bf16_token_groups), or nullptr (packed per chunk).
+inline void matmul_bf16_x16_packed(const void* weights, std::size_t rows, std::size_t cols,
+                                   const float* x, const std::uint32_t* packed,
+                                   std::size_t n_tokens, float* y, std::size_t row_begin,
+                                   std::size_t row_end, void* scratch) {
   const auto* panels = static_cast<const std::uint32_t*>(weights);
   const std::size_t first = (row_begin + 15) / 16 * 16, last = row_end / 16 * 16;
   if (first >= last)
@@ -174,11 +199,16 @@ inline void matmul_bf16_x16_dot(const void* weights, std::size_t rows, std::size
   if (n_tokens < kBf16PackedMinTokens)
     bf16_x16_dot_rows(panels, rows, cols, x, n_tokens, y, first, last, scratch);
   else
-    gemm_bf16_panels(rows, cols, x, n_tokens, y, first, (last - first) / 16, scratch,
+    gemm_bf16_panels(rows, cols, x, packed, n_tokens, y, first, (last - first) / 16, scratch,
                      [&](std::size_t r, std::size_t c0, std::size_t, std::size_t,
                          std::uint32_t*) -> const std::uint32_t* {
                        return panels + r / 16 * bf16_x16_group_dwords(cols) + c0 / 2 * 16;
                      });
   if (last < row_end)
     avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, last, row_end, scratch);
+}
+inline void matmul_bf16_x16_dot(const void* weights, std::size_t rows, std::size_t cols,
+                                const float* x, std::size_t n_tokens, float* y,
+                                std::size_t row_begin, std::size_t row_end, void* scratch) {
+  matmul_bf16_x16_packed(weights, rows, cols, x, nullptr, n_tokens, y, row_begin, row_end, scratch);
 }

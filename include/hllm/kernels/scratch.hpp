@@ -27,6 +27,25 @@ inline constexpr std::size_t kFloatTokenChunk = 512, kFloatPackedMinTokens = 32;
 inline constexpr std::size_t kBf16PanelPairs = 128;  // 256 columns per panel, 8 KiB
 inline constexpr std::size_t kBf16TokenChunk = 512, kBf16PackedMinTokens = 8;
 
+// A whole matmul's activations as the BF16 GEMM's token panels, rounded to bf16 pairs once per
+// operation and read by every row chunk (Compute holds them; kernels/gemm_bf16-inl.hpp):
+// [column block][16-token group][pairs][16] dwords, a column block being kBf16PanelPairs pairs of
+// columns (the last may hold fewer pairs, at the same stride), token group g holding tokens
+// 16g..16g+15 (past n_tokens: zeros), pair k of token i at [k][i].
+constexpr std::size_t bf16_token_block_dwords(std::size_t n_tokens) noexcept {
+  return (n_tokens + 15) / 16 * kBf16PanelPairs * 16;
+}
+constexpr std::size_t bf16_token_panels_dwords(std::size_t cols, std::size_t n_tokens) noexcept {
+  return (cols + 2 * kBf16PanelPairs - 1) / (2 * kBf16PanelPairs) *
+         bf16_token_block_dwords(n_tokens);
+}
+// Where the panel of tokens t.. (t a multiple of 16) for the column block starting at column c0
+// begins; `pairs`: that block's pair count.
+constexpr std::size_t bf16_token_panel_offset(std::size_t c0, std::size_t t, std::size_t pairs,
+                                              std::size_t n_tokens) noexcept {
+  return c0 / (2 * kBf16PanelPairs) * bf16_token_block_dwords(n_tokens) + t * pairs;
+}
+
 constexpr std::size_t round_up_to_line(std::size_t bytes) noexcept {
   return (bytes + 63) / 64 * 64;
 }

@@ -47,6 +47,16 @@ inline std::size_t activation_blocks(const ModelConfig& c, std::size_t max_token
   return std::max({max_tokens * (widest_matmul_input(c) + 32) / 32, experts, latent_heads});
 }
 
+// Whether any projection of the model is in BF16 panels (DType::bf16_x16), whose GEMM reads its
+// activations as token panels packed once per operation (ComputeLimits::bf16_token_panels).
+inline bool has_bf16_panels(const ModelWeights& weights) {
+  if (weights.output.type == DType::bf16_x16) return true;
+  for (const LayerWeights& layer : weights.layers)
+    for (const WeightTensor* w : layer.projections())
+      if (w->type == DType::bf16_x16) return true;
+  return false;
+}
+
 // Throws invalid_argument, naming `what`, unless 1 <= n <= 65536: the tokens of one forward
 // pass, which size every activation buffer.
 inline std::size_t checked_forward_tokens(std::size_t n, const char* what) {
@@ -61,15 +71,16 @@ class ForwardContext {
   // max_tokens: checked by the caller (checked_forward_tokens). threads 0: the physical core
   // count; isa unset: HLLM_ISA, else the best this CPU has; exact: float32 activations for
   // quantized weights too (no 8-bit scratch). The pool steps aside for other processes' busy
-  // cores (CoreSharing::leave_busy_cores; HLLM_FIXED_THREADS=1 turns that off).
+  // cores (CoreSharing::leave_busy_cores; HLLM_FIXED_THREADS=1 turns that off). bf16_panels:
+  // the model has BF16 panels (has_bf16_panels), for which room for packed tokens is kept.
   ForwardContext(const ModelConfig& config, std::size_t rot_dims, std::size_t max_tokens,
-                 std::size_t threads, std::optional<Isa> isa, bool exact)
+                 std::size_t threads, std::optional<Isa> isa, bool exact, bool bf16_panels = false)
       : max_tokens_(max_tokens),
         scratch_(config, max_tokens, rot_dims / 2),
         activations_(exact ? 0 : activation_blocks(config, max_tokens)),
         pool_(threads ? threads : default_thread_count(), CoreSharing::leave_busy_cores),
         compute_(isa ? kernels::table_for(*isa) : kernels::active(), pool_, activations_.span(),
-                 {widest_matmul_input(config), max_tokens}) {}
+                 {widest_matmul_input(config), max_tokens, bf16_panels}) {}
 
   std::size_t max_tokens() const noexcept { return max_tokens_; }
   std::size_t threads() const noexcept { return pool_.size(); }
