@@ -1269,6 +1269,60 @@ TEST(KernelAvx512Bf16, TokenPanelsPackedOnceGiveTheChunksBits) {
   }
 }
 
+// The same for the FP32 GEMM of the F32/F16 panels (AVX-512; from kFloatPackedMinTokens tokens):
+// token panels packed once (in two ranges of token groups) give the bits the chunks' own do, for
+// token chunks of 512 and column blocks of 256 crossed and row ranges split inside groups; and a
+// Compute keeping room for them (ComputeLimits::float_token_panels) the bits of one that does not.
+template <class W>
+void check_float_token_panels(hllm::DType type) {
+  const auto& table = hllm::kernels::table_for(Isa::avx512);
+  const hllm::kernels::PackedMatmulFn packed_fn = table.kernels_for(type).packed;
+  ASSERT_NE(packed_fn, nullptr);
+  for (auto [rows, cols, n] : {std::tuple{32u, 600u, 530u}, {96u, 257u, 40u}, {64u, 300u, 33u}}) {
+    const auto w = to_type<W>(hllm::test::random_vector(rows * cols, rows + cols));
+    const auto x = hllm::test::random_vector(n * cols, n + 1);
+    const hllm::WeightTensor file{hllm::WeightTensor::dtype_of<W>(), w.data(), rows, cols, "w"};
+    std::vector<std::byte> panels(file.bytes());
+    ASSERT_EQ(hllm::repack_tensor(file, panels.data()), type);
+    hllm::AlignedBuffer<float> packed(hllm::kernels::float_token_panels_floats(cols, n));
+    const std::size_t groups = (n + 15) / 16;
+    table.pack_float_tokens(x.data(), cols, n, 0, groups / 2, packed.data());
+    table.pack_float_tokens(x.data(), cols, n, groups / 2, groups, packed.data());
+    for (std::size_t split : {std::size_t{rows} / 2 / 16 * 16, std::size_t{rows} / 2 | 1}) {
+      std::vector<float> per_chunk(n * rows, NAN), once(n * rows, NAN);
+      auto scratch = scratch_for(cols, n);
+      for (auto [begin, end] :
+           {std::pair{std::size_t{0}, split}, std::pair{split, std::size_t{rows}}}) {
+        table.matmul_for(type)(panels.data(), rows, cols, x.data(), n, per_chunk.data(), begin, end,
+                               scratch.data());
+        packed_fn(panels.data(), rows, cols, x.data(), packed.data(), n, once.data(), begin, end,
+                  scratch.data());
+      }
+      ASSERT_EQ(0, std::memcmp(per_chunk.data(), once.data(), once.size() * sizeof(float)))
+          << hllm::dtype_name(type) << " " << rows << "x" << cols << ", " << n << " tokens";
+    }
+  }
+  const std::size_t rows = 96, cols = 300, n = 40;
+  const auto w = to_type<W>(hllm::test::random_vector(rows * cols, 9));
+  const auto x = hllm::test::random_vector(n * cols, 10);
+  const hllm::WeightTensor file{hllm::WeightTensor::dtype_of<W>(), w.data(), rows, cols, "w"};
+  std::vector<std::byte> panels(file.bytes());
+  ASSERT_EQ(hllm::repack_tensor(file, panels.data()), type);
+  const hllm::WeightTensor repacked{type, panels.data(), rows, cols, "w"};
+  hllm::ThreadPool pool(2);
+  const hllm::Compute per_chunk(table, pool, {}, {cols, n}),
+      once(table, pool, {}, {cols, n, false, true});
+  std::vector<float> a(n * rows), b(n * rows);
+  per_chunk.matmul(repacked, x.data(), n, a.data());
+  once.matmul(repacked, x.data(), n, b.data());
+  EXPECT_EQ(a, b) << hllm::dtype_name(type);
+}
+TEST(KernelAvx512, FloatTokenPanelsPackedOnceGiveTheChunksBits) {
+  if (!hllm::cpu_supports(Isa::avx512)) GTEST_SKIP() << "needs AVX-512";
+  check_float_token_panels<float>(hllm::DType::f32_x16);
+  check_float_token_panels<hllm::f16>(hllm::DType::f16_x16);
+}
+
 #if HLLM_X86
 // AVX-512 CPUs without VNNI get the vpmaddubsw build of the integer kernels; this machine may
 // have VNNI, so call both builds directly: the integer dots are exact and the float operations

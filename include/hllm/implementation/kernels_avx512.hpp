@@ -23,6 +23,10 @@ const KernelTable& avx512_table() {
       table.pack_bf16_tokens = &avx512_bf16::pack_bf16_token_groups;
       table.matmul_bf16_x16_packed = &avx512_bf16::matmul_bf16_x16_packed;
     }
+    // The FP32 GEMM of the float panels reads token panels packed once per operation.
+    table.pack_float_tokens = &avx512::pack_float_token_groups;
+    table.layouts[layout_index(DType::f32_x16)].packed = &avx512::matmul_float_x16_packed<float>;
+    table.layouts[layout_index(DType::f16_x16)].packed = &avx512::matmul_float_x16_packed<f16>;
     // Without VNNI the AVX-512 integer panels are compiled and tested but not measured (no such
     // CPU here), so a load keeps the file's layout there. The 8-row groups run directly with
     // AVX-512 VNNI only.

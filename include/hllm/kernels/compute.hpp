@@ -30,11 +30,12 @@ namespace hllm {
 // The largest matmul call a Compute's kernel scratch must serve: input features and tokens.
 struct ComputeLimits {
   std::size_t max_cols = 8192, max_tokens = 64;
-  // Room for a whole operation's activations as the BF16 GEMM's token panels
-  // (bf16_token_panels_dwords(max_cols, max_tokens) dwords), packed once and read by every row
-  // chunk: set it for a model with BF16 panels (DType::bf16_x16). Unset, or where the CPU has no
-  // AVX512-BF16, the GEMM packs the tokens in each chunk.
-  bool bf16_token_panels = false;
+  // Room for a whole operation's activations as a prefill GEMM's token panels, packed once and
+  // read by every row chunk: set them for a model with BF16 panels (DType::bf16_x16; the
+  // vdpbf16ps GEMM's, bf16_token_panels_dwords(max_cols, max_tokens) dwords) or F32/F16 panels
+  // (f32_x16, f16_x16; the FP32 GEMM's, float_token_panels_floats floats). Unset, or where the
+  // table has no such GEMM, the GEMM packs the tokens in each chunk.
+  bool bf16_token_panels = false, float_token_panels = false;
 };
 
 class Compute {
@@ -73,11 +74,7 @@ class Compute {
         limits_(limits),
         scratch_stride_(kernels::matmul_scratch_bytes(limits.max_cols, limits.max_tokens)),
         scratch_(pool.size() * scratch_stride_),
-        bf16_tokens_(limits.bf16_token_panels && !activation_scratch.empty() &&
-                             table.pack_bf16_tokens != nullptr &&
-                             limits.max_tokens >= kernels::kBf16PackedMinTokens
-                         ? kernels::bf16_token_panels_dwords(limits.max_cols, limits.max_tokens)
-                         : 0) {}
+        token_panels_(token_panel_bytes(table, !activation_scratch.empty(), limits)) {}
 
   const kernels::KernelTable& kernels() const noexcept { return *table_; }
   // The 8-bit activation blocks this Compute holds (0: float32 activations throughout).
@@ -113,7 +110,7 @@ class Compute {
   void matmul_fused(std::span<const Product> products, const float* x, std::size_t n_tokens) const {
     const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
     for (const Product& p : products) check_scratch(*p.w, n_tokens);
-    const std::uint32_t* xb = prepare_bf16_tokens(products, x, n_tokens);
+    const TokenPanels xb = prepare_token_panels(products, x, n_tokens);
     split_stacked(products, n_tokens,
                   [&](const Product& p, std::size_t begin, std::size_t end, std::size_t thread) {
                     rows_of(*p.w, x, xq, xb, n_tokens, p.y, begin, end, thread);
@@ -144,7 +141,7 @@ class Compute {
     }
     split_stacked(std::span<const ProductOf>(products), n_tokens,
                   [&](const ProductOf& p, std::size_t begin, std::size_t end, std::size_t thread) {
-                    rows_of(*p.w, p.x, p.xq, nullptr, n_tokens, p.y, begin, end, thread);
+                    rows_of(*p.w, p.x, p.xq, {}, n_tokens, p.y, begin, end, thread);
                   });
   }
 
@@ -164,7 +161,7 @@ class Compute {
     const Product products[] = {{&gate, gate_y}, {&up, up_y}};
     check_scratch(gate, n_tokens);
     const BlockQ8Act* xq = prepare_activations(products, x, n_tokens);
-    const std::uint32_t* xb = prepare_bf16_tokens(products, x, n_tokens);
+    const TokenPanels xb = prepare_token_panels(products, x, n_tokens);
     const std::size_t rows = gate.rows;
     const kernels::GateActivationFn act = gate_activation(activation);
     // Decode-sized batches stream the weights: a chunk alternates between gate and up every
@@ -249,24 +246,59 @@ class Compute {
     return quantize(x, cols, n_tokens, activations_.data());
   }
 
-  // x rounded to bf16 once, as the BF16 GEMM's token panels, for the products that run it (BF16
-  // panels on the vdpbf16ps kernel, kBf16PackedMinTokens tokens or more), where this Compute
-  // has room for them; nullptr otherwise (each chunk packs its own, the same values).
-  const std::uint32_t* prepare_bf16_tokens(std::span<const Product> products, const float* x,
-                                           std::size_t n_tokens) const {
-    if (bf16_tokens_.empty() || n_tokens < kernels::kBf16PackedMinTokens) return nullptr;
-    std::size_t cols = 0;
-    for (const Product& p : products)
-      if (bf16_dot_kernel(p.w->type) != nullptr) cols = p.w->cols;
-    if (cols == 0) return nullptr;
-    for (const Product& p : products)  // fused products share their input; checked anyway
-      if (p.w->cols != cols) return nullptr;
-    std::uint32_t* const packed = bf16_tokens_.data();
-    split((n_tokens + 15) / 16, 1, n_tokens * cols,
-          [&](std::size_t begin, std::size_t end, std::size_t) {
-            table_->pack_bf16_tokens(x, cols, n_tokens, begin, end, packed);
-          });
-    return packed;
+  // Which GEMM's token panels a product of w over n_tokens tokens reads, packed once per
+  // operation: the vdpbf16ps GEMM's (BF16 panels on the bf16-activation kernel), the FP32 GEMM's
+  // (F32/F16 panels), or none (below the GEMMs' token counts, other types, or no room).
+  enum class PanelKind { none, bf16, floats };
+  struct TokenPanels {
+    PanelKind kind = PanelKind::none;
+    const void* data = nullptr;
+    std::size_t cols = 0;  // of the packed x
+  };
+  static std::size_t token_panel_bytes(const kernels::KernelTable& table, bool quantized,
+                                       const Limits& limits) {
+    std::size_t bytes = 0;
+    if (limits.bf16_token_panels && quantized && table.pack_bf16_tokens != nullptr)
+      bytes = kernels::bf16_token_panels_dwords(limits.max_cols, limits.max_tokens) * 4;
+    if (limits.float_token_panels && table.pack_float_tokens != nullptr)
+      bytes =
+          std::max(bytes, kernels::float_token_panels_floats(limits.max_cols, limits.max_tokens) *
+                              sizeof(float));
+    return bytes;
+  }
+  PanelKind panel_kind(const WeightTensor& w, std::size_t n_tokens) const noexcept {
+    if (token_panels_.empty()) return PanelKind::none;
+    if (n_tokens >= kernels::kBf16PackedMinTokens && bf16_dot_kernel(w.type) != nullptr &&
+        table_->pack_bf16_tokens != nullptr &&
+        kernels::bf16_token_panels_dwords(w.cols, n_tokens) * 4 <= token_panels_.size())
+      return PanelKind::bf16;
+    if (n_tokens >= kernels::kFloatPackedMinTokens &&
+        table_->kernels_for(w.type).packed != nullptr && table_->pack_float_tokens != nullptr &&
+        kernels::float_token_panels_floats(w.cols, n_tokens) * sizeof(float) <=
+            token_panels_.size())
+      return PanelKind::floats;
+    return PanelKind::none;
+  }
+
+  // x as the token panels of the first product's GEMM that reads them (panel_kind), packed once
+  // in parallel over 16-token groups, for every product of that kind; none otherwise (each
+  // chunk packs its own, the same values).
+  TokenPanels prepare_token_panels(std::span<const Product> products, const float* x,
+                                   std::size_t n_tokens) const {
+    for (const Product& p : products) {
+      const PanelKind kind = panel_kind(*p.w, n_tokens);
+      if (kind == PanelKind::none) continue;
+      const std::size_t cols = p.w->cols;
+      void* const packed = token_panels_.data();
+      const kernels::TokenPackFn pack =
+          kind == PanelKind::bf16 ? table_->pack_bf16_tokens : table_->pack_float_tokens;
+      split((n_tokens + 15) / 16, 1, n_tokens * cols,
+            [&](std::size_t begin, std::size_t end, std::size_t) {
+              pack(x, cols, n_tokens, begin, end, packed);
+            });
+      return {kind, packed, cols};
+    }
+    return {};
   }
 
   // x: [n_tokens][cols] as 8-bit blocks into xq: [n_tokens][cols/32]; returns xq.
@@ -309,17 +341,18 @@ class Compute {
   }
 
   // Rows [begin, end) of y = w · x on pool thread `thread`, with the kernel matmul() chose; xb:
-  // x's bf16 token panels (prepare_bf16_tokens) or nullptr.
-  void rows_of(const WeightTensor& w, const float* x, const BlockQ8Act* xq, const std::uint32_t* xb,
+  // x's token panels (prepare_token_panels), read where w's GEMM is of their kind.
+  void rows_of(const WeightTensor& w, const float* x, const BlockQ8Act* xq, TokenPanels xb,
                std::size_t n_tokens, float* y, std::size_t begin, std::size_t end,
                std::size_t thread) const {
     void* const scratch = scratch_of(thread);
     if (uses_int8(w))
       return table_->quant_matmul_for(w.type)(w.data, w.rows, w.cols, xq, n_tokens, y, begin, end,
                                               scratch);
-    if (xb != nullptr && bf16_dot_kernel(w.type) != nullptr)
-      return table_->matmul_bf16_x16_packed(w.data, w.rows, w.cols, x, xb, n_tokens, y, begin, end,
-                                            scratch);
+    if (xb.kind != PanelKind::none && w.cols == xb.cols && panel_kind(w, n_tokens) == xb.kind)
+      return (xb.kind == PanelKind::bf16 ? table_->matmul_bf16_x16_packed
+                                         : table_->kernels_for(w.type).packed)(
+          w.data, w.rows, w.cols, x, xb.data, n_tokens, y, begin, end, scratch);
     kernels::MatmulFn fn = exact_kernel(w.type);
     if (const kernels::MatmulFn dot = bf16_dot_kernel(w.type); dot != nullptr) fn = dot;
     fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end, scratch);  // checked beforehand
@@ -343,8 +376,8 @@ class Compute {
   Limits limits_;
   std::size_t scratch_stride_;                // bytes per thread, a multiple of 64
   mutable AlignedBuffer<std::byte> scratch_;  // [pool threads][scratch_stride_]
-  // bf16_token_panels_dwords(max_cols, max_tokens), or empty (limits.bf16_token_panels unset)
-  mutable AlignedBuffer<std::uint32_t> bf16_tokens_;
+  // token_panel_bytes(limits): the larger of the token panels the model's GEMMs read, or empty
+  mutable AlignedBuffer<std::byte> token_panels_;
 };
 
 }  // namespace hllm

@@ -44,16 +44,15 @@ using MatmulFn = void (*)(const void* w, std::size_t rows, std::size_t cols, con
 using QuantMatmulFn = void (*)(const void* w, std::size_t rows, std::size_t cols,
                                const BlockQ8Act* x, std::size_t n_tokens, float* y,
                                std::size_t row_begin, std::size_t row_end, void* scratch);
-// Token groups [group_begin, group_end) (16 tokens each) of x: [n_tokens][cols] rounded to bf16
-// pairs as the BF16 GEMM's token panels, into packed: bf16_token_panels_dwords(cols, n_tokens)
-// dwords (kernels/scratch.hpp's layout).
-using Bf16PackFn = void (*)(const float* x, std::size_t cols, std::size_t n_tokens,
-                            std::size_t group_begin, std::size_t group_end, std::uint32_t* packed);
-// A MatmulFn for BF16 panels whose GEMM reads those token panels (nullptr: packs its own).
-using Bf16PackedMatmulFn = void (*)(const void* w, std::size_t rows, std::size_t cols,
-                                    const float* x, const std::uint32_t* packed,
-                                    std::size_t n_tokens, float* y, std::size_t row_begin,
-                                    std::size_t row_end, void* scratch);
+// Token groups [group_begin, group_end) (16 tokens each) of x: [n_tokens][cols] as a prefill
+// GEMM's token panels, in the layout kernels/scratch.hpp declares for that GEMM (the BF16 one's
+// bf16_token_panels_dwords, the FP32 one's float_token_panels_floats), into packed.
+using TokenPackFn = void (*)(const float* x, std::size_t cols, std::size_t n_tokens,
+                             std::size_t group_begin, std::size_t group_end, void* packed);
+// A MatmulFn whose GEMM reads x's token panels from `packed` (nullptr: packs its own per chunk).
+using PackedMatmulFn = void (*)(const void* w, std::size_t rows, std::size_t cols, const float* x,
+                                const void* packed, std::size_t n_tokens, float* y,
+                                std::size_t row_begin, std::size_t row_end, void* scratch);
 // x: [n] (n a multiple of 32) → out: [n/32] blocks
 using QuantizeFn = void (*)(const float* x, std::size_t n, BlockQ8Act* out);
 // x, weight, out: [n]
@@ -124,6 +123,9 @@ struct LayoutKernels {
   MatmulFn matmul = nullptr;
   QuantMatmulFn quant = nullptr;
   MatmulFn exact = nullptr;
+  // The float panels' matmul reading token panels packed once per operation (KernelTable::
+  // pack_float_tokens; Compute does, from kFloatPackedMinTokens tokens), where it has a GEMM.
+  PackedMatmulFn packed = nullptr;
   // A repacked layout only: whether a load puts weights into it for this table (repack_plan in
   // model/repack.hpp), because these kernels run it faster than the file's layout.
   bool preferred = false;
@@ -165,8 +167,10 @@ struct KernelTable {
   MatmulFn matmul_bf16_x16_dot = nullptr;
   // The same with the activations' token panels packed once per operation (Compute does, from
   // kBf16PackedMinTokens tokens): set with matmul_bf16_x16_dot.
-  Bf16PackFn pack_bf16_tokens = nullptr;
-  Bf16PackedMatmulFn matmul_bf16_x16_packed = nullptr;
+  TokenPackFn pack_bf16_tokens = nullptr;
+  PackedMatmulFn matmul_bf16_x16_packed = nullptr;
+  // The FP32 GEMM's token panels, for the float panels' LayoutKernels::packed.
+  TokenPackFn pack_float_tokens = nullptr;
   // Attention over consecutive rows and through a paged cache's block table, per cache element
   // type, indexed by KVType (a new type adds an entry, not a field per kernel; see the getters).
   AttentionKernels attention[std::size(kKVTypes)] = {};

@@ -79,7 +79,8 @@ inline void bf16_panel_tile(const std::uint32_t* const* panels, const std::uint3
 // n_tokens) dwords, 64-byte aligned): the same values the GEMM packs per chunk without them.
 inline void pack_bf16_token_groups(const float* x, std::size_t cols, std::size_t n_tokens,
                                    std::size_t group_begin, std::size_t group_end,
-                                   std::uint32_t* packed) {
+                                   void* packed_panels) {
+  auto* const packed = static_cast<std::uint32_t*>(packed_panels);
   for (std::size_t c0 = 0; c0 < cols; c0 += 2 * kBf16PanelPairs) {
     const std::size_t width = std::min(2 * kBf16PanelPairs, cols - c0), pairs = (width + 1) / 2;
     for (std::size_t g = group_begin; g < group_end; ++g)
@@ -186,10 +187,11 @@ inline void bf16_x16_dot_rows(const std::uint32_t* panels, std::size_t rows, std
 // Rows outside whole groups take the float-activation kernel (matmul_bf16_x16).
 // packed: x as the GEMM's token panels (pack_bf16_token_groups), or nullptr (packed per chunk).
 inline void matmul_bf16_x16_packed(const void* weights, std::size_t rows, std::size_t cols,
-                                   const float* x, const std::uint32_t* packed,
-                                   std::size_t n_tokens, float* y, std::size_t row_begin,
-                                   std::size_t row_end, void* scratch) {
+                                   const float* x, const void* packed_panels, std::size_t n_tokens,
+                                   float* y, std::size_t row_begin, std::size_t row_end,
+                                   void* scratch) {
   const auto* panels = static_cast<const std::uint32_t*>(weights);
+  const auto* packed = static_cast<const std::uint32_t*>(packed_panels);
   const std::size_t first = (row_begin + 15) / 16 * 16, last = row_end / 16 * 16;
   if (first >= last)
     return avx512::matmul_bf16_x16(weights, rows, cols, x, n_tokens, y, row_begin, row_end,

@@ -157,14 +157,31 @@ inline void run_panel_tiles(std::size_t chunk, std::size_t panels, float* y, std
   }
 }
 
+// Token groups [group_begin, group_end) of x: [n_tokens][cols] as the GEMM's token panels,
+// every column block, into `packed_panels` (kernels/scratch.hpp's layout,
+// float_token_panels_floats(cols, n_tokens) floats, 64-byte aligned): the values the GEMM packs
+// per chunk without them.
+inline void pack_float_token_groups(const float* x, std::size_t cols, std::size_t n_tokens,
+                                    std::size_t group_begin, std::size_t group_end,
+                                    void* packed_panels) {
+  auto* const packed = static_cast<float*>(packed_panels);
+  for (std::size_t c0 = 0; c0 < cols; c0 += kFloatPanelCols) {
+    const std::size_t n = std::min(kFloatPanelCols, cols - c0);
+    for (std::size_t g = group_begin; g < group_end; ++g)
+      pack_columns(x + 16 * g * cols + c0, cols, std::min<std::size_t>(16, n_tokens - 16 * g), n,
+                   packed + float_token_panel_offset(c0, 16 * g, n, n_tokens));
+  }
+}
+
 // Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] for 16-row panels P:
-// [rows/16][cols][16] (core/float_panels.hpp), read in place. The token panel lives in the
-// caller's scratch (kFloatTokenChunk · kFloatPanelCols floats, 64-byte aligned).
+// [rows/16][cols][16] (core/float_panels.hpp), read in place. The token panels are read from
+// `packed` (pack_float_token_groups, once per operation for every chunk) or, where it is
+// nullptr, packed per token chunk into the caller's scratch (kFloatTokenChunk · kFloatPanelCols
+// floats, 64-byte aligned).
 template <class P>
 inline void gemm_float_panels(const P* panels, std::size_t rows, std::size_t cols, const float* x,
-                              std::size_t n_tokens, float* y, std::size_t row_begin,
-                              std::size_t groups, void* scratch) {
-  float* const xpanel = static_cast<float*>(scratch);
+                              const float* packed, std::size_t n_tokens, float* y,
+                              std::size_t row_begin, std::size_t groups, void* scratch) {
   // F16 panels as floats: [2][kFloatPanelCols][16] (unused for F32, read in place).
   alignas(64) float widened[std::is_same_v<P, float> ? 1 : 2]
                            [std::is_same_v<P, float> ? 16 : kFloatPanelCols * kFloatPanelRows];
@@ -172,9 +189,16 @@ inline void gemm_float_panels(const P* panels, std::size_t rows, std::size_t col
     const std::size_t chunk = std::min(kFloatTokenChunk, n_tokens - t0);
     for (std::size_t c0 = 0; c0 < cols; c0 += kFloatPanelCols) {
       const std::size_t n = std::min(kFloatPanelCols, cols - c0);
-      for (std::size_t t = 0; t < chunk; t += 16)
-        pack_columns(x + (t0 + t) * cols + c0, cols, std::min<std::size_t>(16, chunk - t), n,
-                     xpanel + t * n);
+      const float* xpanel;
+      if (packed != nullptr) {
+        xpanel = packed + float_token_panel_offset(c0, t0, n, n_tokens);
+      } else {
+        float* const own = static_cast<float*>(scratch);
+        for (std::size_t t = 0; t < chunk; t += 16)
+          pack_columns(x + (t0 + t) * cols + c0, cols, std::min<std::size_t>(16, chunk - t), n,
+                       own + t * n);
+        xpanel = own;
+      }
       for (std::size_t g = 0; g < groups; g += 2) {
         const std::size_t r = row_begin + g * kFloatPanelRows,
                           count = std::min<std::size_t>(2, groups - g);
@@ -312,11 +336,12 @@ inline void split_at_groups(std::size_t row_begin, std::size_t row_end, Cut&& cu
 
 // w: [rows/16][cols][16] panels, x: [n_tokens][cols], y: [n_tokens][rows]; rows
 // [row_begin, row_end), any range (a group cut by the range is computed whole and its rows in
-// the range kept).
+// the range kept). packed: x as the GEMM's token panels (pack_float_token_groups) or nullptr.
 template <class P>
-inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t cols,
-                             const float* x, std::size_t n_tokens, float* y, std::size_t row_begin,
-                             std::size_t row_end, [[maybe_unused]] void* scratch) {
+inline void matmul_float_x16_packed(const void* weights, std::size_t rows, std::size_t cols,
+                                    const float* x, [[maybe_unused]] const void* packed,
+                                    std::size_t n_tokens, float* y, std::size_t row_begin,
+                                    std::size_t row_end, [[maybe_unused]] void* scratch) {
   const P* panels = static_cast<const P*>(weights);
   const std::size_t group = float_x16_group_elements(cols);
   const auto cut_group = [&](std::size_t g, std::size_t lo, std::size_t hi) {
@@ -330,7 +355,8 @@ inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t 
     const std::size_t last = first + 16 * groups;
 #if HLLM_ISA_LEVEL == 2
     if (n_tokens >= kFloatPackedMinTokens) {
-      gemm_float_panels(panels, rows, cols, x, n_tokens, y, first, groups, scratch);
+      gemm_float_panels(panels, rows, cols, x, static_cast<const float*>(packed), n_tokens, y,
+                        first, groups, scratch);
     } else
 #endif
     {
@@ -356,6 +382,13 @@ inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t 
     }
   };
   split_at_groups(row_begin, row_end, cut_group, whole_groups);
+}
+template <class P>
+inline void matmul_float_x16(const void* weights, std::size_t rows, std::size_t cols,
+                             const float* x, std::size_t n_tokens, float* y, std::size_t row_begin,
+                             std::size_t row_end, void* scratch) {
+  matmul_float_x16_packed<P>(weights, rows, cols, x, nullptr, n_tokens, y, row_begin, row_end,
+                             scratch);
 }
 
 inline void matmul_f32(const void* w, std::size_t rows, std::size_t cols, const float* x,

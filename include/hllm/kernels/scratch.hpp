@@ -46,6 +46,22 @@ constexpr std::size_t bf16_token_panel_offset(std::size_t c0, std::size_t t, std
   return c0 / (2 * kBf16PanelPairs) * bf16_token_block_dwords(n_tokens) + t * pairs;
 }
 
+// The same for the FP32 GEMM (kernels/matmul_float-inl.hpp): [column block][16-token group]
+// [columns][16] floats, a column block being kFloatPanelCols columns (the last may hold fewer, at
+// the same stride), column c of token i at [c][i].
+constexpr std::size_t float_token_block_floats(std::size_t n_tokens) noexcept {
+  return (n_tokens + 15) / 16 * kFloatPanelCols * 16;
+}
+constexpr std::size_t float_token_panels_floats(std::size_t cols, std::size_t n_tokens) noexcept {
+  return (cols + kFloatPanelCols - 1) / kFloatPanelCols * float_token_block_floats(n_tokens);
+}
+// Where the panel of tokens t.. (t a multiple of 16) for the column block starting at column c0
+// begins; `width`: that block's column count.
+constexpr std::size_t float_token_panel_offset(std::size_t c0, std::size_t t, std::size_t width,
+                                               std::size_t n_tokens) noexcept {
+  return c0 / kFloatPanelCols * float_token_block_floats(n_tokens) + t * width;
+}
+
 constexpr std::size_t round_up_to_line(std::size_t bytes) noexcept {
   return (bytes + 63) / 64 * 64;
 }

@@ -57,7 +57,7 @@ class BatchRunner {
       : model_(model),
         forward_(model.config(), model.rope().rot_dims(),
                  checked_forward_tokens(options.max_tokens, "a batch's max_tokens"),
-                 options.threads, options.isa, options.exact, has_bf16_panels(model.weights())),
+                 options.threads, options.isa, options.exact, token_panel_needs(model.weights())),
         tokens_(forward_.max_tokens()),
         placements_(forward_.max_tokens()),
         logits_(forward_.max_tokens() * model.vocab_size()) {}

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -47,14 +48,26 @@ inline std::size_t activation_blocks(const ModelConfig& c, std::size_t max_token
   return std::max({max_tokens * (widest_matmul_input(c) + 32) / 32, experts, latent_heads});
 }
 
-// Whether any projection of the model is in BF16 panels (DType::bf16_x16), whose GEMM reads its
-// activations as token panels packed once per operation (ComputeLimits::bf16_token_panels).
-inline bool has_bf16_panels(const ModelWeights& weights) {
-  if (weights.output.type == DType::bf16_x16) return true;
+// Whether any projection of the model (or its output) is in one of `types`: BF16 panels and
+// F32/F16 panels are read by GEMMs that take token panels packed once per operation
+// (ComputeLimits::bf16_token_panels, float_token_panels).
+inline bool has_projection_of(const ModelWeights& weights, std::initializer_list<DType> types) {
+  const auto of = [&](const WeightTensor& w) {
+    return std::find(types.begin(), types.end(), w.type) != types.end();
+  };
+  if (of(weights.output)) return true;
   for (const LayerWeights& layer : weights.layers)
     for (const WeightTensor* w : layer.projections())
-      if (w->type == DType::bf16_x16) return true;
+      if (of(*w)) return true;
   return false;
+}
+// The token panels a model's GEMMs read (ComputeLimits' flags): BF16, then F32/F16 panels.
+struct TokenPanelNeeds {
+  bool bf16 = false, floats = false;
+};
+inline TokenPanelNeeds token_panel_needs(const ModelWeights& weights) {
+  return {has_projection_of(weights, {DType::bf16_x16}),
+          has_projection_of(weights, {DType::f32_x16, DType::f16_x16})};
 }
 
 // Throws invalid_argument, naming `what`, unless 1 <= n <= 65536: the tokens of one forward
@@ -71,16 +84,17 @@ class ForwardContext {
   // max_tokens: checked by the caller (checked_forward_tokens). threads 0: the physical core
   // count; isa unset: HLLM_ISA, else the best this CPU has; exact: float32 activations for
   // quantized weights too (no 8-bit scratch). The pool steps aside for other processes' busy
-  // cores (CoreSharing::leave_busy_cores; HLLM_FIXED_THREADS=1 turns that off). bf16_panels:
-  // the model has BF16 panels (has_bf16_panels), for which room for packed tokens is kept.
+  // cores (CoreSharing::leave_busy_cores; HLLM_FIXED_THREADS=1 turns that off). panels: the
+  // model's panel types (token_panel_needs), for whose GEMMs room for packed tokens is kept.
   ForwardContext(const ModelConfig& config, std::size_t rot_dims, std::size_t max_tokens,
-                 std::size_t threads, std::optional<Isa> isa, bool exact, bool bf16_panels = false)
+                 std::size_t threads, std::optional<Isa> isa, bool exact,
+                 TokenPanelNeeds panels = {})
       : max_tokens_(max_tokens),
         scratch_(config, max_tokens, rot_dims / 2),
         activations_(exact ? 0 : activation_blocks(config, max_tokens)),
         pool_(threads ? threads : default_thread_count(), CoreSharing::leave_busy_cores),
         compute_(isa ? kernels::table_for(*isa) : kernels::active(), pool_, activations_.span(),
-                 {widest_matmul_input(config), max_tokens, bf16_panels}) {}
+                 {widest_matmul_input(config), max_tokens, panels.bf16, panels.floats}) {}
 
   std::size_t max_tokens() const noexcept { return max_tokens_; }
   std::size_t threads() const noexcept { return pool_.size(); }

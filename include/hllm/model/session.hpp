@@ -78,7 +78,7 @@ class Session {
         logits_(model.vocab_size()),
         forward_(model.config(), model.rope().rot_dims(),
                  checked_forward_tokens(options.max_batch, "max_batch"), options.threads,
-                 options.isa, options.exact, has_bf16_panels(model.weights())) {}
+                 options.isa, options.exact, token_panel_needs(model.weights())) {}
 
   const Llama<Spec>& model() const noexcept { return model_; }
   // Tokens evaluated so far: the position the next token will take.
