@@ -141,6 +141,13 @@ inline Lanes16::Int high_nibble_dot(Lanes16::Int dot) {
   return dot;
 }
 
+// Q5_K's fifth bits of sub-block j: bit j of each byte of qh moved to bit 4, the rest clear
+// (one shift and one AND; j is a constant once the callers' loops are unrolled).
+inline Lanes16::Int q5_k_fifth_bits(Lanes16::Int qh, int j) {
+  const Lanes16::Int moved = j <= 4 ? Lanes16::shl32(qh, 4 - j) : Lanes16::shr32(qh, j - 4);
+  return Lanes16::bit_and(moved, Lanes16::splat8(0x10));
+}
+
 // Panel registers k and k + 4 from q, the 16 rows' Q4_0 (Q4_1) quant bytes 4k..4k+3: byte i of a
 // row holds weight i (low nibble) and weight i + 16 (high nibble); Q4_0 values carry the panel
 // offset (nibble + 120 with VNNI), Q4_1's stay nibbles.
@@ -329,10 +336,8 @@ struct Interleaved16Panels {
           p.values[k] = L::bit_and(
               L::shr32(L::load_int(unit.pairs[j / 2].qs[k]), static_cast<int>(4 * (j & 1))), mask);
           if constexpr (std::is_same_v<Block, BlockQ5_K>)
-            p.values[k] = L::bit_or(
-                p.values[k],
-                L::shl32<4>(L::bit_and(L::shr32(L::load_int(unit.qh[k]), static_cast<int>(j)),
-                                       L::splat8(1))));
+            p.values[k] = L::bit_or(p.values[k],
+                                    q5_k_fifth_bits(L::load_int(unit.qh[k]), static_cast<int>(j)));
         }
       } else {
         const Interleaved16<Block>& unit = group[b / 2];

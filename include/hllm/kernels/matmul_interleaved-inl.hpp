@@ -341,7 +341,7 @@ inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std
   using Block = std::conditional_t<std::is_same_v<Unit, BlockQ5_Kx16>, BlockQ5_K, BlockQ4_K>;
   constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
   L::Float acc = L::zero();
-  const L::Int low4 = L::splat8(0x0f), one = L::splat8(1);
+  const L::Int low4 = L::splat8(0x0f);
   for (std::size_t s = 0; s < supers; ++s) {
     const Unit& unit = w[s];
     // Streams from DRAM stay fast only while the unit's lines are first touched in address
@@ -364,8 +364,8 @@ inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std
           dots, [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
             const L::Int q = L::load_int(pair.qs[k]);
             if constexpr (kFifthBit) {
-              const L::Int fifth = L::shl32<4>(
-                  L::bit_and(L::shr32(L::load_int(unit.qh[k]), static_cast<int>(2 * p + c)), one));
+              const L::Int fifth =
+                  q5_k_fifth_bits(L::load_int(unit.qh[k]), static_cast<int>(2 * p + c));
               v = L::bit_or(c == 0 ? L::bit_and(q, low4) : L::bit_and(L::shr16<4>(q), low4), fifth);
             } else {
               v = c == 0 ? L::bit_and(q, low4) : high_nibbles(q);

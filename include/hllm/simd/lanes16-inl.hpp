@@ -56,6 +56,7 @@ struct Lanes16 {
     return _mm512_srai_epi32(a, n);
   }
   static Int shr32(Int a, int n) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n)); }
+  static Int shl32(Int a, int n) { return _mm512_sll_epi32(a, _mm_cvtsi32_si128(n)); }
   static Int add8(Int a, Int b) { return _mm512_add_epi8(a, b); }
   static Int add32(Int a, Int b) { return _mm512_add_epi32(a, b); }
   static Int abs8(Int a) { return _mm512_abs_epi8(a); }
@@ -154,6 +155,10 @@ struct Lanes16 {
   static Int shr32(Int a, int n) {
     const __m128i count = _mm_cvtsi32_si128(n);
     return {_mm256_srl_epi32(a.lo, count), _mm256_srl_epi32(a.hi, count)};
+  }
+  static Int shl32(Int a, int n) {
+    const __m128i count = _mm_cvtsi32_si128(n);
+    return {_mm256_sll_epi32(a.lo, count), _mm256_sll_epi32(a.hi, count)};
   }
   static Int add8(Int a, Int b) {
     return {_mm256_add_epi8(a.lo, b.lo), _mm256_add_epi8(a.hi, b.hi)};
