@@ -1228,7 +1228,7 @@ TEST(KernelAvx512Bf16, TokenPanelsPackedOnceGiveTheChunksBits) {
   for (auto [rows, cols, n] : kBf16PanelShapes) {
     if (n < hllm::kernels::kBf16PackedMinTokens) continue;
     const Bf16Panels p = bf16_panels(rows, cols, n, 7 * rows + cols + n);
-    hllm::AlignedBuffer<std::uint32_t> packed(hllm::kernels::bf16_token_panels_dwords(cols, n));
+    hllm::AlignedBuffer<std::uint32_t> packed(hllm::kernels::kBf16TokenPanels.elements(cols, n));
     const std::size_t groups = (n + 15) / 16;
     table.pack_bf16_tokens(p.x.data(), cols, n, 0, groups / 2, packed.data());
     table.pack_bf16_tokens(p.x.data(), cols, n, groups / 2, groups, packed.data());
@@ -1255,6 +1255,10 @@ TEST(KernelAvx512Bf16, TokenPanelsPackedOnceGiveTheChunksBits) {
   std::vector<hllm::BlockQ8Act> activations(n * (cols / 32 + 1));
   const hllm::Compute per_chunk(table, pool, activations, {cols, n, false}),
       once(table, pool, activations, {cols, n, true});
+  EXPECT_EQ(per_chunk.token_panel_bytes(), 0u);
+  EXPECT_EQ(once.token_panel_bytes(), hllm::kernels::kBf16TokenPanels.bytes(cols, n));
+  // An exact session (no 8-bit scratch) never runs the bf16-activation GEMM: no room kept.
+  EXPECT_EQ(hllm::Compute(table, pool, {}, {cols, n, true}).token_panel_bytes(), 0u);
   for (std::size_t tokens : {std::size_t{8}, std::size_t{17}, n}) {
     std::vector<float> a(tokens * rows), b(tokens * rows);
     per_chunk.matmul(gate_w, gate.x.data(), tokens, a.data());
@@ -1284,7 +1288,7 @@ void check_float_token_panels(hllm::DType type) {
     const hllm::WeightTensor file{hllm::WeightTensor::dtype_of<W>(), w.data(), rows, cols, "w"};
     std::vector<std::byte> panels(file.bytes());
     ASSERT_EQ(hllm::repack_tensor(file, panels.data()), type);
-    hllm::AlignedBuffer<float> packed(hllm::kernels::float_token_panels_floats(cols, n));
+    hllm::AlignedBuffer<float> packed(hllm::kernels::kFloatTokenPanels.elements(cols, n));
     const std::size_t groups = (n + 15) / 16;
     table.pack_float_tokens(x.data(), cols, n, 0, groups / 2, packed.data());
     table.pack_float_tokens(x.data(), cols, n, groups / 2, groups, packed.data());
@@ -1312,6 +1316,12 @@ void check_float_token_panels(hllm::DType type) {
   hllm::ThreadPool pool(2);
   const hllm::Compute per_chunk(table, pool, {}, {cols, n}),
       once(table, pool, {}, {cols, n, false, true});
+  EXPECT_EQ(per_chunk.token_panel_bytes(), 0u);
+  EXPECT_EQ(once.token_panel_bytes(), hllm::kernels::kFloatTokenPanels.bytes(cols, n));
+  // AVX2 has no float GEMM to read them: no room kept.
+  EXPECT_EQ(hllm::Compute(hllm::kernels::table_for(Isa::avx2), pool, {}, {cols, n, false, true})
+                .token_panel_bytes(),
+            0u);
   std::vector<float> a(n * rows), b(n * rows);
   per_chunk.matmul(repacked, x.data(), n, a.data());
   once.matmul(repacked, x.data(), n, b.data());

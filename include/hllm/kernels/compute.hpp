@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
 #include <span>
 #include <string>
 
@@ -32,9 +31,9 @@ struct ComputeLimits {
   std::size_t max_cols = 8192, max_tokens = 64;
   // Room for a whole operation's activations as a prefill GEMM's token panels, packed once and
   // read by every row chunk: set them for a model with BF16 panels (DType::bf16_x16; the
-  // vdpbf16ps GEMM's, bf16_token_panels_dwords(max_cols, max_tokens) dwords) or F32/F16 panels
-  // (f32_x16, f16_x16; the FP32 GEMM's, float_token_panels_floats floats). Unset, or where the
-  // table has no such GEMM, the GEMM packs the tokens in each chunk.
+  // vdpbf16ps GEMM's, kernels::kBf16TokenPanels) or F32/F16 panels (f32_x16, f16_x16; the FP32
+  // GEMM's, kFloatTokenPanels). Unset, or where the table has no such GEMM, the GEMM packs the
+  // tokens in each chunk.
   bool bf16_token_panels = false, float_token_panels = false;
 };
 
@@ -74,9 +73,12 @@ class Compute {
         limits_(limits),
         scratch_stride_(kernels::matmul_scratch_bytes(limits.max_cols, limits.max_tokens)),
         scratch_(pool.size() * scratch_stride_),
-        token_panels_(token_panel_bytes(table, !activation_scratch.empty(), limits)) {}
+        token_panels_(token_panel_room(table, !activation_scratch.empty(), limits)) {}
 
   const kernels::KernelTable& kernels() const noexcept { return *table_; }
+  // Bytes this Compute holds for token panels packed once per operation (0: none; each GEMM
+  // chunk packs its own).
+  std::size_t token_panel_bytes() const noexcept { return token_panels_.size(); }
   // The 8-bit activation blocks this Compute holds (0: float32 activations throughout).
   std::size_t activation_blocks() const noexcept { return activations_.size(); }
   ThreadPool& pool() const noexcept { return *pool_; }
@@ -255,27 +257,24 @@ class Compute {
     const void* data = nullptr;
     std::size_t cols = 0;  // of the packed x
   };
-  static std::size_t token_panel_bytes(const kernels::KernelTable& table, bool quantized,
-                                       const Limits& limits) {
+  static std::size_t token_panel_room(const kernels::KernelTable& table, bool quantized,
+                                      const Limits& limits) {
     std::size_t bytes = 0;
     if (limits.bf16_token_panels && quantized && table.pack_bf16_tokens != nullptr)
-      bytes = kernels::bf16_token_panels_dwords(limits.max_cols, limits.max_tokens) * 4;
+      bytes = kernels::kBf16TokenPanels.bytes(limits.max_cols, limits.max_tokens);
     if (limits.float_token_panels && table.pack_float_tokens != nullptr)
-      bytes =
-          std::max(bytes, kernels::float_token_panels_floats(limits.max_cols, limits.max_tokens) *
-                              sizeof(float));
+      bytes = std::max(bytes, kernels::kFloatTokenPanels.bytes(limits.max_cols, limits.max_tokens));
     return bytes;
   }
   PanelKind panel_kind(const WeightTensor& w, std::size_t n_tokens) const noexcept {
     if (token_panels_.empty()) return PanelKind::none;
     if (n_tokens >= kernels::kBf16PackedMinTokens && bf16_dot_kernel(w.type) != nullptr &&
         table_->pack_bf16_tokens != nullptr &&
-        kernels::bf16_token_panels_dwords(w.cols, n_tokens) * 4 <= token_panels_.size())
+        kernels::kBf16TokenPanels.bytes(w.cols, n_tokens) <= token_panels_.size())
       return PanelKind::bf16;
     if (n_tokens >= kernels::kFloatPackedMinTokens &&
         table_->kernels_for(w.type).packed != nullptr && table_->pack_float_tokens != nullptr &&
-        kernels::float_token_panels_floats(w.cols, n_tokens) * sizeof(float) <=
-            token_panels_.size())
+        kernels::kFloatTokenPanels.bytes(w.cols, n_tokens) <= token_panels_.size())
       return PanelKind::floats;
     return PanelKind::none;
   }
@@ -376,7 +375,7 @@ class Compute {
   Limits limits_;
   std::size_t scratch_stride_;                // bytes per thread, a multiple of 64
   mutable AlignedBuffer<std::byte> scratch_;  // [pool threads][scratch_stride_]
-  // token_panel_bytes(limits): the larger of the token panels the model's GEMMs read, or empty
+  // token_panel_room(limits): the larger of the token panels the model's GEMMs read, or empty
   mutable AlignedBuffer<std::byte> token_panels_;
 };
 

@@ -45,8 +45,8 @@ using QuantMatmulFn = void (*)(const void* w, std::size_t rows, std::size_t cols
                                const BlockQ8Act* x, std::size_t n_tokens, float* y,
                                std::size_t row_begin, std::size_t row_end, void* scratch);
 // Token groups [group_begin, group_end) (16 tokens each) of x: [n_tokens][cols] as a prefill
-// GEMM's token panels, in the layout kernels/scratch.hpp declares for that GEMM (the BF16 one's
-// bf16_token_panels_dwords, the FP32 one's float_token_panels_floats), into packed.
+// GEMM's token panels, in the layout kernels/scratch.hpp declares for that GEMM
+// (kBf16TokenPanels, kFloatTokenPanels), into packed.
 using TokenPackFn = void (*)(const float* x, std::size_t cols, std::size_t n_tokens,
                              std::size_t group_begin, std::size_t group_end, void* packed);
 // A MatmulFn whose GEMM reads x's token panels from `packed` (nullptr: packs its own per chunk).

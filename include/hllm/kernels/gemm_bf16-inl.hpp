@@ -75,7 +75,7 @@ inline void bf16_panel_tile(const std::uint32_t* const* panels, const std::uint3
 }
 
 // Token groups [group_begin, group_end) of x: [n_tokens][cols] as the GEMM's token panels,
-// every column block, into `packed` (kernels/scratch.hpp's layout, bf16_token_panels_dwords(cols,
+// every column block, into `packed` (kBf16TokenPanels, kernels/scratch.hpp: its elements(cols,
 // n_tokens) dwords, 64-byte aligned): the same values the GEMM packs per chunk without them.
 inline void pack_bf16_token_groups(const float* x, std::size_t cols, std::size_t n_tokens,
                                    std::size_t group_begin, std::size_t group_end,
@@ -85,7 +85,7 @@ inline void pack_bf16_token_groups(const float* x, std::size_t cols, std::size_t
     const std::size_t width = std::min(2 * kBf16PanelPairs, cols - c0), pairs = (width + 1) / 2;
     for (std::size_t g = group_begin; g < group_end; ++g)
       pack_float_pairs(x + 16 * g * cols + c0, cols, std::min<std::size_t>(16, n_tokens - 16 * g),
-                       width, pairs, packed + bf16_token_panel_offset(c0, 16 * g, pairs, n_tokens));
+                       width, pairs, packed + kBf16TokenPanels.offset(c0, 16 * g, pairs, n_tokens));
   }
 }
 
@@ -109,7 +109,7 @@ inline void gemm_bf16_panels(std::size_t rows, std::size_t cols, const float* x,
       const std::size_t pairs = (width + 1) / 2;
       const std::uint32_t* xpanel;
       if (packed != nullptr) {
-        xpanel = packed + bf16_token_panel_offset(c0, t0, pairs, n_tokens);
+        xpanel = packed + kBf16TokenPanels.offset(c0, t0, pairs, n_tokens);
       } else {
         std::uint32_t* const own = static_cast<std::uint32_t*>(token_scratch);
         for (std::size_t t = 0; t < chunk; t += 16)

@@ -158,9 +158,9 @@ inline void run_panel_tiles(std::size_t chunk, std::size_t panels, float* y, std
 }
 
 // Token groups [group_begin, group_end) of x: [n_tokens][cols] as the GEMM's token panels,
-// every column block, into `packed_panels` (kernels/scratch.hpp's layout,
-// float_token_panels_floats(cols, n_tokens) floats, 64-byte aligned): the values the GEMM packs
-// per chunk without them.
+// every column block, into `packed_panels` (kFloatTokenPanels, kernels/scratch.hpp: its
+// elements(cols, n_tokens) floats, 64-byte aligned): the values the GEMM packs per chunk without
+// them.
 inline void pack_float_token_groups(const float* x, std::size_t cols, std::size_t n_tokens,
                                     std::size_t group_begin, std::size_t group_end,
                                     void* packed_panels) {
@@ -169,7 +169,7 @@ inline void pack_float_token_groups(const float* x, std::size_t cols, std::size_
     const std::size_t n = std::min(kFloatPanelCols, cols - c0);
     for (std::size_t g = group_begin; g < group_end; ++g)
       pack_columns(x + 16 * g * cols + c0, cols, std::min<std::size_t>(16, n_tokens - 16 * g), n,
-                   packed + float_token_panel_offset(c0, 16 * g, n, n_tokens));
+                   packed + kFloatTokenPanels.offset(c0, 16 * g, n, n_tokens));
   }
 }
 
@@ -191,7 +191,7 @@ inline void gemm_float_panels(const P* panels, std::size_t rows, std::size_t col
       const std::size_t n = std::min(kFloatPanelCols, cols - c0);
       const float* xpanel;
       if (packed != nullptr) {
-        xpanel = packed + float_token_panel_offset(c0, t0, n, n_tokens);
+        xpanel = packed + kFloatTokenPanels.offset(c0, t0, n, n_tokens);
       } else {
         float* const own = static_cast<float*>(scratch);
         for (std::size_t t = 0; t < chunk; t += 16)

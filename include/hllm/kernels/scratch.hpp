@@ -27,40 +27,35 @@ inline constexpr std::size_t kFloatTokenChunk = 512, kFloatPackedMinTokens = 32;
 inline constexpr std::size_t kBf16PanelPairs = 128;  // 256 columns per panel, 8 KiB
 inline constexpr std::size_t kBf16TokenChunk = 512, kBf16PackedMinTokens = 8;
 
-// A whole matmul's activations as the BF16 GEMM's token panels, rounded to bf16 pairs once per
-// operation and read by every row chunk (Compute holds them; kernels/gemm_bf16-inl.hpp):
-// [column block][16-token group][pairs][16] dwords, a column block being kBf16PanelPairs pairs of
-// columns (the last may hold fewer pairs, at the same stride), token group g holding tokens
-// 16g..16g+15 (past n_tokens: zeros), pair k of token i at [k][i].
-constexpr std::size_t bf16_token_block_dwords(std::size_t n_tokens) noexcept {
-  return (n_tokens + 15) / 16 * kBf16PanelPairs * 16;
-}
-constexpr std::size_t bf16_token_panels_dwords(std::size_t cols, std::size_t n_tokens) noexcept {
-  return (cols + 2 * kBf16PanelPairs - 1) / (2 * kBf16PanelPairs) *
-         bf16_token_block_dwords(n_tokens);
-}
-// Where the panel of tokens t.. (t a multiple of 16) for the column block starting at column c0
-// begins; `pairs`: that block's pair count.
-constexpr std::size_t bf16_token_panel_offset(std::size_t c0, std::size_t t, std::size_t pairs,
-                                              std::size_t n_tokens) noexcept {
-  return c0 / (2 * kBf16PanelPairs) * bf16_token_block_dwords(n_tokens) + t * pairs;
-}
+// A prefill GEMM's token panels for a whole matmul, packed once per operation and read by every
+// row chunk (Compute holds them): [column block][16-token group][block_elements][16] elements of
+// 4 bytes, a column block covering block_cols columns (the last may hold fewer elements per
+// token, at the same stride), token group g holding tokens 16g..16g+15 (past n_tokens: zeros),
+// element k of token i at [k][i].
+struct TokenPanelLayout {
+  std::size_t block_cols, block_elements;  // columns of a block, elements per token of a whole one
 
-// The same for the FP32 GEMM (kernels/matmul_float-inl.hpp): [column block][16-token group]
-// [columns][16] floats, a column block being kFloatPanelCols columns (the last may hold fewer, at
-// the same stride), column c of token i at [c][i].
-constexpr std::size_t float_token_block_floats(std::size_t n_tokens) noexcept {
-  return (n_tokens + 15) / 16 * kFloatPanelCols * 16;
-}
-constexpr std::size_t float_token_panels_floats(std::size_t cols, std::size_t n_tokens) noexcept {
-  return (cols + kFloatPanelCols - 1) / kFloatPanelCols * float_token_block_floats(n_tokens);
-}
-// Where the panel of tokens t.. (t a multiple of 16) for the column block starting at column c0
-// begins; `width`: that block's column count.
-constexpr std::size_t float_token_panel_offset(std::size_t c0, std::size_t t, std::size_t width,
-                                               std::size_t n_tokens) noexcept {
-  return c0 / kFloatPanelCols * float_token_block_floats(n_tokens) + t * width;
-}
+  constexpr std::size_t block_size(std::size_t n_tokens) const noexcept {
+    return (n_tokens + 15) / 16 * 16 * block_elements;
+  }
+  constexpr std::size_t elements(std::size_t cols, std::size_t n_tokens) const noexcept {
+    return (cols + block_cols - 1) / block_cols * block_size(n_tokens);
+  }
+  constexpr std::size_t bytes(std::size_t cols, std::size_t n_tokens) const noexcept {
+    return elements(cols, n_tokens) * 4;
+  }
+  // Where the panel of tokens t.. (t a multiple of 16) of the column block starting at column c0
+  // begins; `width`: that block's elements per token.
+  constexpr std::size_t offset(std::size_t c0, std::size_t t, std::size_t width,
+                               std::size_t n_tokens) const noexcept {
+    return c0 / block_cols * block_size(n_tokens) + t * width;
+  }
+};
+// The vdpbf16ps GEMM's (kernels/gemm_bf16-inl.hpp): bf16 pairs as dwords, kBf16PanelPairs per
+// token of a block.
+inline constexpr TokenPanelLayout kBf16TokenPanels{2 * kBf16PanelPairs, kBf16PanelPairs};
+// The FP32 GEMM's (kernels/matmul_float-inl.hpp): floats, kFloatPanelCols per token of a block.
+inline constexpr TokenPanelLayout kFloatTokenPanels{kFloatPanelCols, kFloatPanelCols};
 
 constexpr std::size_t round_up_to_line(std::size_t bytes) noexcept {
   return (bytes + 63) / 64 * 64;
