@@ -328,6 +328,45 @@ TEST(Llama, Q8_0CacheAgreesAcrossPathsAndStaysNearTheFloatCache) {
   EXPECT_EQ(whole.kv_cache().bytes(), 2 * 2 * 2 * 128 * 34);  // layers·kv heads·context·block
 }
 
+// A model keeps room for shared token panels (Session, BatchRunner) only for the GEMMs it has:
+// BF16 pair panels, F32/F16 panels, an output projection among them; none for the file's
+// layouts or the quantized panels.
+TEST(Session, TokenPanelRoomFollowsTheModelsPanelTypes) {
+  hllm::ModelConfig c = hllm::test::two_layer_gqa_config();
+  c.vocab_size = 320;  // whole 16-row panels for the output projection too
+  const hllm::RepackPlan every = hllm::RepackPlan::of_kinds({hllm::LayoutKind::quant_panels16,
+                                                             hllm::LayoutKind::float_panels16,
+                                                             hllm::LayoutKind::bf16_pairs16});
+  struct Case {
+    hllm::DType type;
+    bool repacked, bf16, floats;
+  };
+  for (const Case& k :
+       {Case{hllm::DType::bf16, true, true, false}, Case{hllm::DType::f32, true, false, true},
+        Case{hllm::DType::f16, true, false, true}, Case{hllm::DType::q4_0, true, false, false},
+        Case{hllm::DType::bf16, false, false, false},
+        Case{hllm::DType::f16, false, false, false}}) {
+    SCOPED_TRACE(hllm::dtype_name(k.type) + (k.repacked ? " repacked" : " file layout"));
+    std::vector<std::vector<std::byte>> bytes;
+    hllm::ModelWeights w = hllm::test::typed_weights(c, k.type, 5, bytes);
+    if (k.repacked) hllm::repack_weights(w, every, false);
+    const hllm::TokenPanelNeeds needs = hllm::token_panel_needs(w);
+    EXPECT_EQ(needs.bf16, k.bf16);
+    EXPECT_EQ(needs.floats, k.floats);
+  }
+  // Only the output projection in BF16 panels: still a BF16 GEMM to keep room for.
+  std::vector<std::vector<std::byte>> bytes;
+  hllm::ModelWeights w = hllm::test::typed_weights(c, hllm::DType::q4_0, 5, bytes);
+  std::vector<std::byte> output = hllm::quant::quantize(
+      hllm::DType::bf16, {hllm::random_weights(c, hllm::DType::f32, 6).output.as<float>(),
+                          w.output.rows * w.output.cols});
+  w.output = {hllm::DType::bf16, output.data(), w.output.rows, w.output.cols, w.output.name};
+  hllm::repack_weights(w, every, false);
+  EXPECT_EQ(w.output.type, hllm::DType::bf16_x16);
+  EXPECT_TRUE(hllm::token_panel_needs(w).bf16);
+  EXPECT_FALSE(hllm::token_panel_needs(w).floats);
+}
+
 // The cache type is a session option: one model serves sessions of every type at once, and
 // each equals the session of a model type that fixes that cache type.
 TEST(Session, KVTypeIsChosenAtRunTime) {

@@ -103,17 +103,22 @@ inline Q6kRunScales q6_k_run_scales(const std::int8_t* low_scales, const std::in
   return {q6_k_run_weight(low_scales), q6_k_run_weight(high_scales),
           q6_k_run_offsets(low_scales, high_scales)};
 }
-// The chain's start: the slice's offset term, from its scales' `offsets`.
-inline Lanes16::Int q6_k_scaled_start(Lanes16::Int offsets, const BlockQ8Act& a) {
-  return Lanes16::madd16(offsets, Lanes16::splat32(static_cast<std::int32_t>(a.neg_half_sums)));
+// The chain's start: the slice's offset term, from its scales' `offsets` (16 lanes, or a
+// tile's part of them).
+template <class Int>
+inline Int q6_k_scaled_start(Int offsets, const BlockQ8Act& a) {
+  using L = LanesOf<Int>;
+  return L::madd16(offsets, L::splat32(static_cast<std::int32_t>(a.neg_half_sums)));
 }
 struct NoRunScales {};
 
-// The activation group a.qs[4k..4k+3] in every int32 lane (the signed operand of a panel dot).
-inline Lanes16::Int broadcast_group(const BlockQ8Act& a, std::size_t k) {
+// The activation group a.qs[4k..4k+3] in every int32 lane of L (the signed operand of a panel
+// dot).
+template <class L = Lanes16>
+inline typename L::Int broadcast_group(const BlockQ8Act& a, std::size_t k) {
   std::int32_t group;
   std::memcpy(&group, a.qs + 4 * k, 4);
-  return Lanes16::splat32(group);
+  return L::splat32(group);
 }
 
 // One 32-weight slice of 16 rows of Block: values[k] lane r = row r's weights 4k..4k+3
@@ -188,83 +193,97 @@ inline void q6_k_panel_quants(const BlockQ6_Kx16::Half& half, std::size_t k, Lan
 
 // y[j][0..16) (+)= panel · x[j] for kTokens tokens over the panel's n blocks. x: token j's
 // blocks at x + j·x_stride; y: token j's 16 outputs at y + j·y_stride. accumulate: add to y
-// (a later K-chunk continues the sum the earlier one stored, in the same order).
+// (a later K-chunk continues the sum the earlier one stored, in the same order). The rows are
+// computed in parts (TileLanes: AVX2 without VNNI one half after the other), each part over
+// every block.
 template <std::size_t kTokens, class Block>
 inline void panel_tile(const PanelBlock<Block>* panel, std::size_t n, const BlockQ8Act* x,
                        std::size_t x_stride, float* y, std::size_t y_stride, bool accumulate) {
-  using L = Lanes16;
-  L::Float acc[kTokens];
-  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j) acc[j] =
-      accumulate ? L::load(y + j * y_stride) : L::zero();
-  for (std::size_t b = 0; b < n; ++b) {
-    const PanelBlock<Block>& p = panel[b];
-    // Several tokens' dot chains interleaved: a dot has a latency of several cycles
-    // (docs/performance.md). AVX-512: eight (Q6_K with VNNI four: its two accumulators per token
-    // would not fit the 32 registers with eight); AVX2 has 16 registers of half the width: two,
-    // or four with AVX-VNNI, whose one-instruction dot is latency-bound at two (Q6_K stays at two).
-    constexpr bool kTwoChainsPerToken = std::is_same_v<Block, BlockQ6_K> && !kScaledRuns<Block>;
-    constexpr std::size_t kChains = std::min<std::size_t>(
-        kTokens, HLLM_ISA_LEVEL == 1  ? (HLLM_QUANT_VNNI && !kTwoChainsPerToken ? 4 : 2)
-                 : kTwoChainsPerToken ? 4
-                                      : 8);
-    _Pragma("GCC unroll 2") for (std::size_t j0 = 0; j0 < kTokens; j0 += kChains) {
-      const BlockQ8Act* a[kChains];
-      _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) a[c] =
-          &x[(j0 + c) * x_stride + b];
-      if constexpr (kTwoChainsPerToken) {
-        // Two scales per slice: each 16-value half has its own accumulator and offset.
-        L::Int dot[2 * kChains];  // [half][chain]
-        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
-          dot[c] = L::splat32(offset_start(a[c]->bias_lo, kPanelOffset<Block>));
-          dot[kChains + c] =
-              L::splat32(offset_start(a[c]->bias - a[c]->bias_lo, kPanelOffset<Block>));
-        }
-        dot_runs<kPanelMax<Block>, 4>(dot, [&](std::size_t k, std::size_t i, L::Int& u, L::Int& s) {
-          const std::size_t half = i / kChains, c = i % kChains;
-          u = p.values[k + 4 * half];
-          s = broadcast_group(*a[c], k + 4 * half);
-        });
-        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
-          const L::Float d = L::splat(a[c]->d);
-          acc[j0 + c] = L::fma(L::to_float(dot[c]), L::mul(p.scales, d), acc[j0 + c]);
-          acc[j0 + c] = L::fma(L::to_float(dot[kChains + c]), L::mul(p.scales_hi, d), acc[j0 + c]);
-        }
-      } else {
-        L::Int dot[kChains];
-        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+  // Q8_0 without VNNI keeps its whole rows: its sign step (sign8 per broadcast) made halves slower.
+  using L = std::conditional_t<kSignedPanel<Block>, Lanes16, TileLanes>;
+  constexpr std::size_t kParts = Lanes16::lanes / L::lanes;
+  // Several tokens' dot chains interleaved: a dot has a latency of several cycles
+  // (docs/performance.md). AVX-512: eight (Q6_K with VNNI four: its two accumulators per token
+  // would not fit the 32 registers with eight); AVX2: four, a chain's registers and a token's
+  // accumulators within its 16 (without VNNI on half the rows), but two for Q6_K with VNNI and
+  // Q8_0 without, which compute whole rows.
+  constexpr bool kTwoChainsPerToken = std::is_same_v<Block, BlockQ6_K> && !kScaledRuns<Block>;
+  constexpr std::size_t kChains =
+      std::min<std::size_t>(kTokens, HLLM_ISA_LEVEL == 2 ? (kTwoChainsPerToken ? 4 : 8)
+                                     : kSignedPanel<Block> || kTwoChainsPerToken ? 2
+                                                                                 : 4);
+  _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part) {
+    float* const y_part = y + part * L::lanes;
+    typename L::Float acc[kTokens];
+    _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j) acc[j] =
+        accumulate ? L::load(y_part + j * y_stride) : L::zero();
+    for (std::size_t b = 0; b < n; ++b) {
+      const PanelBlock<Block>& p = panel[b];
+      const auto values = [&](std::size_t k) { return part_of<L>(p.values[k], part); };
+      _Pragma("GCC unroll 2") for (std::size_t j0 = 0; j0 < kTokens; j0 += kChains) {
+        const BlockQ8Act* a[kChains];
+        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) a[c] =
+            &x[(j0 + c) * x_stride + b];
+        if constexpr (kTwoChainsPerToken) {
+          // Two scales per slice: each 16-value half has its own accumulator and offset.
+          typename L::Int dot[2 * kChains];  // [half][chain]
+          _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+            dot[c] = L::splat32(offset_start(a[c]->bias_lo, kPanelOffset<Block>));
+            dot[kChains + c] =
+                L::splat32(offset_start(a[c]->bias - a[c]->bias_lo, kPanelOffset<Block>));
+          }
+          dot_runs<kPanelMax<Block>, 4>(
+              dot, [&](std::size_t k, std::size_t i, typename L::Int& u, typename L::Int& s) {
+                const std::size_t half = i / kChains, c = i % kChains;
+                u = values(k + 4 * half);
+                s = broadcast_group<L>(*a[c], k + 4 * half);
+              });
+          _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+            const typename L::Float d = L::splat(a[c]->d);
+            acc[j0 + c] =
+                L::fma(L::to_float(dot[c]), L::mul(part_of<L>(p.scales, part), d), acc[j0 + c]);
+            acc[j0 + c] = L::fma(L::to_float(dot[kChains + c]),
+                                 L::mul(part_of<L>(p.scales_hi, part), d), acc[j0 + c]);
+          }
+        } else {
+          typename L::Int dot[kChains];
+          _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+            if constexpr (kScaledRuns<Block>)
+              dot[c] = q6_k_scaled_start(part_of<L>(p.run_scales.offsets, part), *a[c]);
+            else
+              dot[c] = L::splat32(offset_start(a[c]->bias, kPanelOffset<Block>));
+          }
+          const auto operands = [&](std::size_t k, std::size_t c, typename L::Int& u,
+                                    typename L::Int& s) {
+            u = values(k);
+            s = broadcast_group<L>(*a[c], k);
+            if constexpr (kSignedPanel<Block>) s = L::sign8(s, part_of<L>(p.signs[k], part));
+          };
           if constexpr (kScaledRuns<Block>)
-            dot[c] = q6_k_scaled_start(p.run_scales.offsets, *a[c]);
+            dot_runs<kPanelMax<Block>, 8>(dot, operands, [&](std::size_t k0, std::size_t) {
+              return part_of<L>(k0 < 4 ? p.run_scales.low : p.run_scales.high, part);
+            });
           else
-            dot[c] = L::splat32(offset_start(a[c]->bias, kPanelOffset<Block>));
-        }
-        const auto operands = [&](std::size_t k, std::size_t c, L::Int& u, L::Int& s) {
-          u = p.values[k];
-          s = broadcast_group(*a[c], k);
-          if constexpr (kSignedPanel<Block>) s = L::sign8(s, p.signs[k]);
-        };
-        if constexpr (kScaledRuns<Block>)
-          dot_runs<kPanelMax<Block>, 8>(dot, operands, [&](std::size_t k0, std::size_t) {
-            return k0 < 4 ? p.run_scales.low : p.run_scales.high;
-          });
-        else
-          dot_runs<kPanelMax<Block>, 8>(dot, operands);
-        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
-          const L::Float d = L::splat(a[c]->d);
-          acc[j0 + c] = L::fma(L::to_float(dot[c]), L::mul(p.scales, d), acc[j0 + c]);
-          if constexpr (std::is_same_v<Block, BlockQ4_1>)  // + m · d_x·Σxq (decode_group16's)
-            acc[j0 + c] = L::fma(p.mins, L::splat(a[c]->d_sum), acc[j0 + c]);
-          else if constexpr (kHasMinimum<Block>)  // − dmin·m_j · d_x·Σxq
-            acc[j0 + c] = L::fnma(p.mins, L::splat(a[c]->d_sum), acc[j0 + c]);
+            dot_runs<kPanelMax<Block>, 8>(dot, operands);
+          _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+            const typename L::Float d = L::splat(a[c]->d);
+            acc[j0 + c] =
+                L::fma(L::to_float(dot[c]), L::mul(part_of<L>(p.scales, part), d), acc[j0 + c]);
+            if constexpr (std::is_same_v<Block, BlockQ4_1>)  // + m · d_x·Σxq (decode_group16's)
+              acc[j0 + c] = L::fma(part_of<L>(p.mins, part), L::splat(a[c]->d_sum), acc[j0 + c]);
+            else if constexpr (kHasMinimum<Block>)  // − dmin·m_j · d_x·Σxq
+              acc[j0 + c] = L::fnma(part_of<L>(p.mins, part), L::splat(a[c]->d_sum), acc[j0 + c]);
+          }
         }
       }
     }
+    _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j)
+        L::store(y_part + j * y_stride, acc[j]);
   }
-  _Pragma("GCC unroll 8") for (std::size_t j = 0; j < kTokens; ++j)
-      L::store(y + j * y_stride, acc[j]);
 }
 
 // Tokens per tile: each token's 16 float accumulators take one of AVX-512's 32 registers but
-// two of AVX2's 16 (eight tokens there spilled them to the stack in every block).
+// two of AVX2's 16 (one per tile part without VNNI).
 inline constexpr std::size_t kPanelTileTokens = HLLM_ISA_LEVEL == 2 ? 8 : 4;
 
 // Tokens [0, n_tokens) of one panel, kPanelTileTokens at a time, the tail in 4/2/1 pieces.
