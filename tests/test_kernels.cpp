@@ -1164,15 +1164,17 @@ TEST_P(KernelIsa, Bf16PanelMatmulMatchesReference) {
 
 // F32 and F16 weights repacked into 16-row panels (DType::f32_x16, f16_x16): the GEMM (AVX-512,
 // 8 tokens or more; column chunks of 256 and token chunks of 512 crossed), four groups at a time
-// and one at a time under that, and groups cut by a row range, against the reference on every
-// ISA.
+// and one at a time under that (batches split into token tiles of every size up to AVX2's six),
+// and groups cut by a row range, against the reference on every ISA.
 template <class W>
 void check_float_panels(Isa isa, hllm::DType type) {
   for (auto [rows, cols, n] : {std::tuple{16u, 3u, 1u},
                                {80u, 300u, 2u},
                                {96u, 257u, 9u},
                                {32u, 600u, 530u},
-                               {64u, 40u, 17u}}) {
+                               {64u, 40u, 17u},
+                               {48u, 70u, 7u},
+                               {16u, 33u, 13u}}) {
     const auto w = to_type<W>(hllm::test::random_vector(rows * cols, rows + cols));
     const auto x = hllm::test::random_vector(n * cols, n);
     const hllm::WeightTensor file{hllm::WeightTensor::dtype_of<W>(), w.data(), rows, cols, "w"};

@@ -90,7 +90,7 @@ inline void bf16_x16_widened_chunks(const std::uint32_t* first, std::size_t grou
           V::store(widened[2 * k + 1] + part * V::lanes, odd);
         }
       float* const out = y + g * kBf16PanelRows;
-      for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
+      for_token_tiles<kFloatBatchTokens>(n_tokens, [&](auto k_tokens, std::size_t t) {
         for (std::size_t j = t + k_tokens(); j < std::min(t + 2 * k_tokens(), n_tokens); ++j)
           __builtin_prefetch(out + j * rows);
         float_x16_tile<1, k_tokens(), false>(&widened[0][0], n, x + t * cols + c0, cols,

@@ -227,22 +227,30 @@ inline void gemm_float_panels(const P* panels, std::size_t rows, std::size_t col
 }
 #endif
 
-// Calls tile(k_tokens, t) for token tiles [t, t + k_tokens) covering [0, n_tokens): kMax (at
-// most 4) tokens at a time (one weight load feeds every token's accumulators), then one tile of
-// those left; k_tokens is a std::integral_constant, so each tile keeps its accumulators in
-// registers.
+// Calls tile(k_tokens, t) for token tiles [t, t + k_tokens) covering [0, n_tokens) in order:
+// as few tiles as kMax (at most 8) tokens per tile allow, their sizes within one of each other
+// (8 tokens with kMax 6: two of 4, not 6 and 2, whose short tile would wait on the FMA
+// latency); one weight load feeds every token's accumulators of a tile. k_tokens is a
+// std::integral_constant, so each tile keeps its accumulators in registers.
 template <std::size_t kMax = 4, class Tile>
 inline void for_token_tiles(std::size_t n_tokens, Tile&& tile) {
-  static_assert(kMax >= 1 && kMax <= 4);
+  static_assert(kMax >= 1 && kMax <= 8);
+  const std::size_t tiles = (n_tokens + kMax - 1) / kMax;
   std::size_t t = 0;
-  for (; t + kMax <= n_tokens; t += kMax) tile(std::integral_constant<std::size_t, kMax>{}, t);
-  const std::size_t left = n_tokens - t;
-  if constexpr (kMax > 3)
-    if (left == 3) return tile(std::integral_constant<std::size_t, 3>{}, t);
-  if constexpr (kMax > 2)
-    if (left == 2) return tile(std::integral_constant<std::size_t, 2>{}, t);
-  if constexpr (kMax > 1)
-    if (left == 1) return tile(std::integral_constant<std::size_t, 1>{}, t);
+  for (std::size_t i = 0; i < tiles; ++i) {
+    const std::size_t size = (n_tokens - t + (tiles - i) - 1) / (tiles - i);  // in [1, kMax]
+    if (size == kMax) {
+      tile(std::integral_constant<std::size_t, kMax>{}, t);
+    } else {
+      [&]<std::size_t... k>(std::index_sequence<k...>) {
+        (void)((size == k + 1 ? (tile(std::integral_constant<std::size_t, k + 1>{}, t), true)
+                              : false) ||
+               ...);
+      }
+      (std::make_index_sequence<kMax - 1>{});
+    }
+    t += size;
+  }
 }
 
 // The register tiles over rows [row_begin, row_end) of y: [n_tokens][rows], with w_rows pointing
@@ -301,7 +309,7 @@ inline void float_x16_tile(const P* first, std::size_t cols, const float* x, std
   typename V::Reg acc[kGroups][kParts][kTokens];
   _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
       _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part)
-          _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) acc[g][part][t] =
+          _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) acc[g][part][t] =
               accumulate ? V::load(y + t * y_stride + g * kFloatPanelRows + part * V::lanes)
                          : V::zero();
   constexpr std::size_t kColumnsPerLine = 64 / (kFloatPanelRows * sizeof(P));  // F32 1, F16 2
@@ -309,18 +317,32 @@ inline void float_x16_tile(const P* first, std::size_t cols, const float* x, std
     if (kFromMemory && c % kColumnsPerLine == 0)
       _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
           prefetch_stream_ahead(first + g * group + c * kFloatPanelRows, 64);
+    // The column's weights first, then each token's broadcast meets all of them at once, so
+    // that one broadcast is live at a time (token by token inside the weights' loop, AVX2's six
+    // tokens' broadcasts lived across both halves and spilled the accumulators).
+    typename V::Reg w[kGroups][kParts];
     _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
-        _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part) {
-      const typename V::Reg w = V::load(first + g * group + c * kFloatPanelRows + part * V::lanes);
-      _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) acc[g][part][t] =
-          V::fma(w, V::set1(x[t * x_stride + c]), acc[g][part][t]);
+        _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part) w[g][part] =
+            V::load(first + g * group + c * kFloatPanelRows + part * V::lanes);
+    _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) {
+      const typename V::Reg xt = V::set1(x[t * x_stride + c]);
+      _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
+          _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part)
+              acc[g][part][t] = V::fma(w[g][part], xt, acc[g][part][t]);
     }
   }
   _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
       _Pragma("GCC unroll 16") for (std::size_t part = 0; part < kParts; ++part)
-          _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t)
+          _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t)
               V::store(y + t * y_stride + g * kFloatPanelRows + part * V::lanes, acc[g][part][t]);
 }
+
+// Tokens per tile of one 16-row group's batches: AVX2 six, whose two accumulators each, the
+// column's two weights and one broadcast take 15 of its 16 registers (four tokens' 8
+// accumulators were just the FMA latency times its two ports, no slack for a late load);
+// AVX-512 four (it takes batches below kFloatPackedMinTokens two groups at a time, and the rest
+// to the packed GEMM).
+inline constexpr std::size_t kFloatBatchTokens = VecF32::lanes < kFloatPanelRows ? 6 : 4;
 
 // Rows [row_begin, row_end) split at the 16-row groups of a panel layout (F32/F16 and BF16):
 // cut(g, lo, hi) for the rows [lo, hi) of group g where the range covers only part of it (at most
@@ -360,15 +382,17 @@ inline void matmul_float_x16_packed(const void* weights, std::size_t rows, std::
     } else
 #endif
     {
-      // Decode and small batches: two groups at a time (on AVX2 only up to two tokens, whose
-      // accumulators then fill its 16 registers: one group's two chains left decode waiting on
-      // the FMA latency), up to four tokens per column load; every token of the batch before
-      // the next groups, whose panels are then read from memory once.
+      // Decode and small batches: two groups at a time, up to four tokens per column load (on
+      // AVX2 two groups only up to two tokens, whose accumulators then fill its 16 registers: one
+      // group's two chains left decode waiting on the FMA latency; larger batches one group, up
+      // to kFloatBatchTokens); every token of the batch before the next groups, whose panels
+      // are then read from memory once.
       const auto groups_for = [&](auto k_groups, std::size_t r0) {
-        for_token_tiles(n_tokens, [&](auto k_tokens, std::size_t t) {
-          float_x16_tile<k_groups(), k_tokens()>(panels + r0 / 16 * group, cols, x + t * cols, cols,
-                                                 y + t * rows + r0, rows);
-        });
+        for_token_tiles<k_groups() == 1 ? kFloatBatchTokens : 4>(
+            n_tokens, [&](auto k_tokens, std::size_t t) {
+              float_x16_tile<k_groups(), k_tokens()>(panels + r0 / 16 * group, cols, x + t * cols,
+                                                     cols, y + t * rows + r0, rows);
+            });
       };
       const auto run = [&](auto k_groups) {
         std::size_t r = first;
