@@ -108,7 +108,7 @@ struct Lanes16 {
 
 #elif HLLM_ISA_LEVEL == 1
 
-// Eight lanes, one ymm: the arithmetic of Lanes16's each half, and the lanes a panel tile
+// Eight lanes, one ymm: the arithmetic of each half of Lanes16, and the lanes a panel tile
 // computes in on AVX2 (TileLanes, below).
 struct Lanes8 {
   using Int = __m256i;
