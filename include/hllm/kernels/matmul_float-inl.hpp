@@ -239,16 +239,13 @@ inline void for_token_tiles(std::size_t n_tokens, Tile&& tile) {
   std::size_t t = 0;
   for (std::size_t i = 0; i < tiles; ++i) {
     const std::size_t size = (n_tokens - t + (tiles - i) - 1) / (tiles - i);  // in [1, kMax]
-    if (size == kMax) {
-      tile(std::integral_constant<std::size_t, kMax>{}, t);
-    } else {
-      [&]<std::size_t... k>(std::index_sequence<k...>) {
-        (void)((size == k + 1 ? (tile(std::integral_constant<std::size_t, k + 1>{}, t), true)
-                              : false) ||
-               ...);
-      }
-      (std::make_index_sequence<kMax - 1>{});
+    // The tile of that many tokens, the largest tried first.
+    [&]<std::size_t... k>(std::index_sequence<k...>) {
+      (void)((size == kMax - k ? (tile(std::integral_constant<std::size_t, kMax - k>{}, t), true)
+                               : false) ||
+             ...);
     }
+    (std::make_index_sequence<kMax>{});
     t += size;
   }
 }
