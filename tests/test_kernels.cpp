@@ -703,8 +703,7 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
     } else if (type == hllm::DType::q5_k_x16) {
       if (i % 16 == 0) {
         auto& unit = reinterpret_cast<hllm::BlockQ5_Kx16*>(zeroed.data())[i / 16];
-        std::memset(unit.qh, 0, sizeof unit.qh);
-        for (auto& pair : unit.pairs) std::memset(pair.qs, 0, sizeof pair.qs);
+        for (auto& pair : unit.pairs) std::memset(pair.planes, 0, sizeof pair.planes);
       }
     } else if (type == hllm::DType::q4_k) {
       std::memset(reinterpret_cast<hllm::BlockQ4_K*>(zeroed.data())[i].qs, 0, hllm::kQK_K / 2);

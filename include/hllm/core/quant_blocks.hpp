@@ -334,17 +334,23 @@ using BlockQ4_Kx16 = Interleaved16<BlockQ4_K>;
 static_assert(sizeof(BlockQ4_Kx16) == 16 * 148 && sizeof(BlockQ4_Kx16) % 64 == 0,
               "DTypeInfo of q4_k_x16; every unit starts a cache line");
 
-// Q5_K in 16-row panels (DType::q5_k_x16): Q4_K's unit with the fifth bits in front of the
-// pairs: qh[k] holds, for each row r, the bytes qh[4k .. 4k + 3] of row r's block, whose bit j is
-// the fifth bit of sub-block j's values 4k..4k+3 (for every pair: a decode reads them once per
-// group k and shifts bit 2p or 2p + 1 into place). 2880 bytes (45 lines) per unit, 180 per row's
-// super-block (the file's 176 with its scales unpacked to bytes).
+// Q5_K in 16-row panels (DType::q5_k_x16): one super-block column of 16 rows. Their scales d and
+// minimum scales dmin on one line; then per pair p of sub-blocks, one line with the pair's scales
+// and minimums (as Q4_K's) and each sub-block's 5-bit values in five planes: planes[h][i] holds,
+// for each row r, 4 bytes whose bits 0-4 are sub-block 2p + h's values 4i..4i+3 of row r, and
+// whose bits 5-7, over the five planes, hold the values of groups 5..7 (q5_k_plane_bytes). Why:
+// a group of 0..4 is one AND, 5..7 a few shifts and ANDs, 23 instructions for a sub-block's 8
+// groups where the file's nibbles and separate fifth bits took 36 (a shift, two ANDs and an OR
+// on top of each nibble's unpacking), most of an AVX2 decode's work. 2880 bytes (45 lines) per
+// unit, 180 per row's super-block (the file's 176 with its scales unpacked to bytes).
 template <>
 struct Interleaved16<BlockQ5_K> {
   static constexpr std::size_t kRows = 16, kColumns = 1, kValues = kQK_K;
-  using Pair = Interleaved16<BlockQ4_K>::Pair;
+  struct Pair {
+    std::uint8_t scales[2][kRows], mins[2][kRows];
+    std::uint8_t planes[2][5][kRows][4];
+  };
   f16 d[kRows], dmin[kRows];
-  std::uint8_t qh[8][kRows][4];
   Pair pairs[4];
 };
 using BlockQ5_Kx16 = Interleaved16<BlockQ5_K>;
@@ -458,8 +464,68 @@ inline void place_in_group(const Block& src, std::size_t r, std::size_t b,
       unit.qs[b % 2][k][r % 16][i] = interleaved16_byte<Block>(qs[4 * k + i]);
 }
 
+// A Q5_K panel's five plane bytes at one row and byte position b from v[g], the sub-block's
+// value 4g + b (5 bits, g = 0..7), and back: groups 0..4 in bits 0-4, the 15 bits of groups
+// 5..7 (v5 | v6 << 5 | v7 << 10) three at a time in bits 5-7.
+inline void q5_k_plane_bytes(const std::uint8_t (&v)[8], std::uint8_t (&planes)[5]) {
+  const unsigned top = v[5] | v[6] << 5 | v[7] << 10;
+  for (std::size_t i = 0; i < 5; ++i)
+    planes[i] = static_cast<std::uint8_t>(v[i] | ((top >> (3 * i)) & 7) << 5);
+}
+inline void q5_k_plane_values(const std::uint8_t (&planes)[5], std::uint8_t (&v)[8]) {
+  unsigned top = 0;
+  for (std::size_t i = 0; i < 5; ++i) {
+    v[i] = planes[i] & 31;
+    top |= static_cast<unsigned>(planes[i] >> 5) << (3 * i);
+  }
+  v[5] = top & 31, v[6] = (top >> 5) & 31, v[7] = static_cast<std::uint8_t>(top >> 10);
+}
+
+// Row i's quants of a Q4_K unit (the file's bytes) or a Q5_K unit (its planes), from and back
+// into the file block.
+inline void place_quants(const BlockQ4_K& src, std::size_t i, BlockQ4_Kx16& unit) {
+  for (std::size_t p = 0; p < 4; ++p)
+    for (std::size_t k = 0; k < 8; ++k)
+      std::memcpy(unit.pairs[p].qs[k][i], src.qs + 32 * p + 4 * k, 4);
+}
+inline void quants_at(const BlockQ4_Kx16& unit, std::size_t i, BlockQ4_K& out) {
+  for (std::size_t p = 0; p < 4; ++p)
+    for (std::size_t k = 0; k < 8; ++k)
+      std::memcpy(out.qs + 32 * p + 4 * k, unit.pairs[p].qs[k][i], 4);
+}
+// Sub-block j's value l of a Q5_K block: the low (j even) or high nibble of qs[32·(j/2) + l],
+// bit j of qh[l] as bit 4.
+inline std::uint8_t q5_k_value(const BlockQ5_K& b, std::size_t j, std::size_t l) {
+  return static_cast<std::uint8_t>(((b.qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15) |
+                                   ((b.qh[l] >> j) & 1) << 4);
+}
+inline void place_quants(const BlockQ5_K& src, std::size_t i, BlockQ5_Kx16& unit) {
+  for (std::size_t j = 0; j < 8; ++j)
+    for (std::size_t b = 0; b < 4; ++b) {
+      std::uint8_t v[8], planes[5];
+      for (std::size_t g = 0; g < 8; ++g) v[g] = q5_k_value(src, j, 4 * g + b);
+      q5_k_plane_bytes(v, planes);
+      for (std::size_t k = 0; k < 5; ++k) unit.pairs[j / 2].planes[j % 2][k][i][b] = planes[k];
+    }
+}
+inline void quants_at(const BlockQ5_Kx16& unit, std::size_t i, BlockQ5_K& out) {
+  std::memset(out.qs, 0, sizeof out.qs);
+  std::memset(out.qh, 0, sizeof out.qh);
+  for (std::size_t j = 0; j < 8; ++j)
+    for (std::size_t b = 0; b < 4; ++b) {
+      std::uint8_t v[8], planes[5];
+      for (std::size_t k = 0; k < 5; ++k) planes[k] = unit.pairs[j / 2].planes[j % 2][k][i][b];
+      q5_k_plane_values(planes, v);
+      for (std::size_t g = 0; g < 8; ++g) {
+        const std::size_t l = 4 * g + b;
+        out.qs[32 * (j / 2) + l] |= static_cast<std::uint8_t>((v[g] & 15) << (4 * (j % 2)));
+        out.qh[l] |= static_cast<std::uint8_t>((v[g] >> 4) << j);
+      }
+    }
+}
+
 // Q4_K and Q5_K panels: row i of a unit back into a file block (d, dmin, the 6-bit scales and
-// minimums packed again, the nibbles, and Q5_K's fifth bits), and the inverse.
+// minimums packed again, the quants), and the inverse.
 template <class Block>
 inline Block block_at_with_minimums(const Interleaved16<Block>& unit, std::size_t i) {
   Block out;
@@ -469,11 +535,7 @@ inline Block block_at_with_minimums(const Interleaved16<Block>& unit, std::size_
   for (std::size_t j = 0; j < 8; ++j)
     scales[j] = unit.pairs[j / 2].scales[j % 2][i], mins[j] = unit.pairs[j / 2].mins[j % 2][i];
   q4_k_pack_scales_mins(scales, mins, out.scales);
-  if constexpr (std::is_same_v<Block, BlockQ5_K>)
-    for (std::size_t k = 0; k < 8; ++k) std::memcpy(out.qh + 4 * k, unit.qh[k][i], 4);
-  for (std::size_t p = 0; p < 4; ++p)
-    for (std::size_t k = 0; k < 8; ++k)
-      std::memcpy(out.qs + 32 * p + 4 * k, unit.pairs[p].qs[k][i], 4);
+  quants_at(unit, i, out);
   return out;
 }
 template <class Block>
@@ -483,11 +545,7 @@ inline void place_with_minimums(const Block& src, std::size_t i, Interleaved16<B
   for (std::size_t j = 0; j < 8; ++j)
     q4_k_scale_min(j, src.scales, unit.pairs[j / 2].scales[j % 2][i],
                    unit.pairs[j / 2].mins[j % 2][i]);
-  if constexpr (std::is_same_v<Block, BlockQ5_K>)
-    for (std::size_t k = 0; k < 8; ++k) std::memcpy(unit.qh[k][i], src.qh + 4 * k, 4);
-  for (std::size_t p = 0; p < 4; ++p)
-    for (std::size_t k = 0; k < 8; ++k)
-      std::memcpy(unit.pairs[p].qs[k][i], src.qs + 32 * p + 4 * k, 4);
+  place_quants(src, i, unit);
 }
 inline BlockQ4_K block_at(const BlockQ4_Kx16* w, std::size_t supers, std::size_t r, std::size_t s) {
   return block_at_with_minimums(w[unit_index<BlockQ4_K>(supers, r, s)], r % 16);

@@ -146,11 +146,28 @@ inline Lanes16::Int high_nibble_dot(Lanes16::Int dot) {
   return dot;
 }
 
-// Q5_K's fifth bits of sub-block j: bit j of each byte of qh moved to bit 4, the rest clear
-// (one shift and one AND; j is a constant once the callers' loops are unrolled).
-inline Lanes16::Int q5_k_fifth_bits(Lanes16::Int qh, int j) {
-  const Lanes16::Int moved = j <= 4 ? Lanes16::shl32(qh, 4 - j) : Lanes16::shr32(qh, j - 4);
-  return Lanes16::bit_and(moved, Lanes16::splat8(0x10));
+// Bits of a Q5_K panel plane shifted down by kShift within each 16-bit lane and masked: the
+// shift moves the neighbouring byte's bits only into bits the mask clears.
+template <int kShift>
+inline Lanes16::Int q5_k_plane_bits(const std::uint8_t (&plane)[16][4], std::uint8_t mask) {
+  return Lanes16::bit_and(Lanes16::shr16<kShift>(Lanes16::load_int(plane)), Lanes16::splat8(mask));
+}
+// Group k (values 4k..4k+3 of 16 rows) of a Q5_K panel sub-block from its five planes
+// (quant_blocks.hpp, q5_k_plane_bytes): groups 0..4 one AND each, 5..7 gathered from the planes'
+// bits 5-7 (k is a constant once the callers' loops are unrolled).
+inline Lanes16::Int q5_k_group(const std::uint8_t (&planes)[5][16][4], std::size_t k) {
+  using L = Lanes16;
+  switch (k) {
+    case 5:  // top bits 0-4: plane 0's three, plane 1's low two
+      return L::bit_or(q5_k_plane_bits<5>(planes[0], 0x07), q5_k_plane_bits<2>(planes[1], 0x18));
+    case 6:  // top bits 5-9: plane 1's high one, plane 2's three, plane 3's low one
+      return L::bit_or(
+          L::bit_or(q5_k_plane_bits<7>(planes[1], 0x01), q5_k_plane_bits<4>(planes[2], 0x0e)),
+          q5_k_plane_bits<1>(planes[3], 0x10));
+    case 7:  // top bits 10-14: plane 3's high two, plane 4's three
+      return L::bit_or(q5_k_plane_bits<6>(planes[3], 0x03), q5_k_plane_bits<3>(planes[4], 0x1c));
+    default: return L::bit_and(L::load_int(planes[k]), L::splat8(0x1f));
+  }
 }
 
 // Panel registers k and k + 4 from q, the 16 rows' Q4_0 (Q4_1) quant bytes 4k..4k+3: byte i of a
@@ -345,18 +362,18 @@ struct Interleaved16Panels {
         }
       } else if constexpr (std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>) {
         // Slice j of super-block b / 8: the low (j even) or high nibbles of pair j / 2 (Q5_K:
-        // with bit j of the qh words as bit 4).
+        // sub-block j's planes).
         const Interleaved16<Block>& unit = group[b / 8];
         const std::size_t j = b % 8;
-        p.scales = L::mul(L::load_u8(unit.pairs[j / 2].scales[j % 2]), L::load(unit.d));
-        p.mins = L::mul(L::load_u8(unit.pairs[j / 2].mins[j % 2]), L::load(unit.dmin));
-        const L::Int mask = L::splat8(0x0f);
+        const auto& pair = unit.pairs[j / 2];
+        p.scales = L::mul(L::load_u8(pair.scales[j % 2]), L::load(unit.d));
+        p.mins = L::mul(L::load_u8(pair.mins[j % 2]), L::load(unit.dmin));
         _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) {
-          p.values[k] = L::bit_and(
-              L::shr32(L::load_int(unit.pairs[j / 2].qs[k]), static_cast<int>(4 * (j & 1))), mask);
           if constexpr (std::is_same_v<Block, BlockQ5_K>)
-            p.values[k] = L::bit_or(p.values[k],
-                                    q5_k_fifth_bits(L::load_int(unit.qh[k]), static_cast<int>(j)));
+            p.values[k] = q5_k_group(pair.planes[j % 2], k);
+          else
+            p.values[k] = L::bit_and(
+                L::shr32(L::load_int(pair.qs[k]), static_cast<int>(4 * (j & 1))), L::splat8(0x0f));
         }
       } else {
         const Interleaved16<Block>& unit = group[b / 2];

@@ -329,9 +329,8 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
 
 // Decode of one 16-row group of Q4_K or Q5_K panels against one token: out[0..16). Per pair of
 // sub-blocks, the low nibbles (sub-block 2p) and the high ones (2p + 1) run one chain each
-// against their activation blocks (high_nibbles for Q4_K); Q5_K shifts each value's fifth bit
-// (bit j of its qh byte, for sub-block j) from the unit's qh words into bit 4, so both chains
-// multiply whole 5-bit values. Then, sub-block by sub-block, its dot weighed by the 16 row scales
+// against their activation blocks (high_nibbles for Q4_K; Q5_K's sub-blocks come from their
+// planes, q5_k_group). Then, sub-block by sub-block, its dot weighed by the 16 row scales
 // d·scale_j·d_x and its minimum term dmin·min_j·d_x·Σxq go into one accumulator, in the packed
 // GEMM's order (panel_tile), so decode and prefill give a token the same bits.
 template <class Unit>
@@ -339,40 +338,35 @@ inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std
                                          float* out) {
   using L = Lanes16;
   using Block = std::conditional_t<std::is_same_v<Unit, BlockQ5_Kx16>, BlockQ5_K, BlockQ4_K>;
-  constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
+  constexpr bool kPlanes = std::is_same_v<Block, BlockQ5_K>;
   L::Float acc = L::zero();
   const L::Int low4 = L::splat8(0x0f);
   for (std::size_t s = 0; s < supers; ++s) {
     const Unit& unit = w[s];
     // Streams from DRAM stay fast only while the unit's lines are first touched in address
-    // order (the hardware prefetcher loses a stream that jumps back): the fifth bits, read again
-    // for every pair, are asked for before the first pair's quants, and each pair's scale line
-    // before its quants, which its dot reads first. The next units' lines are asked for as well,
-    // on every ISA: with AVX-512 that made these decodes 0-25% (Q4_K_M) and 10-22% (Q5_K_M)
-    // faster on an Emerald Rapids Xeon, with AVX2 1.5-1.9× on a Zen 5, where the hardware
-    // prefetcher alone streamed a Q5_K panel at 12 GB/s (docs/performance.md, "Zen 5").
+    // order (the hardware prefetcher loses a stream that jumps back): each pair's scale line is
+    // asked for before its quants, which its dot reads first. The next units' lines are asked
+    // for as well, on every ISA: with AVX-512 that made these decodes 0-25% (Q4_K_M) and 10-22%
+    // (Q5_K_M) faster on an Emerald Rapids Xeon, with AVX2 1.5-1.9× on a Zen 5, where the
+    // hardware prefetcher alone streamed a Q5_K panel at 12 GB/s (docs/performance.md, "Zen 5").
     prefetch_stream_ahead(&unit, sizeof(unit));
-    if constexpr (kFifthBit)
-      _Pragma("GCC unroll 8") for (std::size_t k = 0; k < 8; ++k) __builtin_prefetch(unit.qh[k]);
     const L::Float d = L::load(unit.d), dmin = L::load(unit.dmin);
     const BlockQ8Act* a = x + 8 * s;
     _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
       const auto& pair = unit.pairs[p];
       __builtin_prefetch(pair.scales);
       L::Int dots[2] = {L::zero_int(), L::zero_int()};  // [sub-block 2p, 2p + 1]
-      dot_runs<kPanelMax<Block>, 8>(
-          dots, [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
-            const L::Int q = L::load_int(pair.qs[k]);
-            if constexpr (kFifthBit) {
-              const L::Int fifth =
-                  q5_k_fifth_bits(L::load_int(unit.qh[k]), static_cast<int>(2 * p + c));
-              v = L::bit_or(c == 0 ? L::bit_and(q, low4) : L::bit_and(L::shr16<4>(q), low4), fifth);
-            } else {
-              v = c == 0 ? L::bit_and(q, low4) : high_nibbles(q);
-            }
-            x_group = broadcast_group(a[2 * p + c], k);
-          });
-      if constexpr (!kFifthBit) dots[1] = high_nibble_dot(dots[1]);
+      dot_runs<kPanelMax<Block>, 8>(dots,
+                                    [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
+                                      if constexpr (kPlanes) {
+                                        v = q5_k_group(pair.planes[c], k);
+                                      } else {
+                                        const L::Int q = L::load_int(pair.qs[k]);
+                                        v = c == 0 ? L::bit_and(q, low4) : high_nibbles(q);
+                                      }
+                                      x_group = broadcast_group(a[2 * p + c], k);
+                                    });
+      if constexpr (!kPlanes) dots[1] = high_nibble_dot(dots[1]);
       _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
         const BlockQ8Act& a_j = a[2 * p + h];
         const L::Float scale = L::mul(L::load_u8(pair.scales[h]), d);
