@@ -356,16 +356,16 @@ inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std
       const auto& pair = unit.pairs[p];
       __builtin_prefetch(pair.scales);
       L::Int dots[2] = {L::zero_int(), L::zero_int()};  // [sub-block 2p, 2p + 1]
-      dot_runs<kPanelMax<Block>, 8>(dots,
-                                    [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
-                                      if constexpr (kPlanes) {
-                                        v = q5_k_group(pair.planes[c], k);
-                                      } else {
-                                        const L::Int q = L::load_int(pair.qs[k]);
-                                        v = c == 0 ? L::bit_and(q, low4) : high_nibbles(q);
-                                      }
-                                      x_group = broadcast_group(a[2 * p + c], k);
-                                    });
+      const auto operands = [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
+        if constexpr (kPlanes) {
+          v = q5_k_group(pair.planes[c], k);
+        } else {
+          const L::Int q = L::load_int(pair.qs[k]);
+          v = c == 0 ? L::bit_and(q, low4) : high_nibbles(q);
+        }
+        x_group = broadcast_group(a[2 * p + c], k);
+      };
+      dot_runs<kPanelMax<Block>, 8>(dots, operands);
       if constexpr (!kPlanes) dots[1] = high_nibble_dot(dots[1]);
       _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
         const BlockQ8Act& a_j = a[2 * p + h];
