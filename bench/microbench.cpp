@@ -407,13 +407,15 @@ void BM_SiluMul(benchmark::State& state) {
 }
 BENCHMARK(BM_SiluMul);
 
-// One decode step of attention: 32 query heads over `context` cached positions of 4 KV heads
-// (TinyLlama's GQA), with the cache in KV elements. Reports the cache bytes read per second
-// (each KV head's keys and values once: the grouped kernel reads them once for its 8 heads).
+// One decode step of attention: `heads` query heads over `context` cached positions of
+// `kv_heads` KV heads of 64, with the cache in KV elements: TinyLlama's 32 over 4, SmolLM2-135M's
+// 9 over 3 (a group of 3, the tile padded to 4). Reports the cache bytes read per second (each
+// KV head's keys and values once: the grouped kernel reads them once for the group's heads).
 template <class KV>
 void BM_Attention(benchmark::State& state) {
   const std::size_t context = static_cast<std::size_t>(state.range(0));
-  const std::size_t heads = 32, kv_heads = 4, head_dim = 64;
+  const std::size_t heads = static_cast<std::size_t>(state.range(1));
+  const std::size_t kv_heads = static_cast<std::size_t>(state.range(2)), head_dim = 64;
   hllm::KVCache<KV> cache(1, kv_heads, head_dim, context);
   for (std::size_t p = 0; p < context; ++p) {
     const auto k = random_floats(kv_heads * head_dim, 3 + 2 * static_cast<unsigned>(p));
@@ -429,9 +431,14 @@ void BM_Attention(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * cache.bytes()));
 }
-BENCHMARK(BM_Attention<float>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Attention<hllm::f16>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Attention<hllm::BlockQ8_0>)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond);
+void attention_shapes(benchmark::internal::Benchmark* b) {
+  for (auto [heads, kv_heads] : {std::pair{32, 4}, {9, 3}})
+    for (int context : {8, 64, 128, 512, 2048}) b->Args({context, heads, kv_heads});
+  b->ArgNames({"context", "heads", "kv_heads"})->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_Attention<float>)->Apply(attention_shapes);
+BENCHMARK(BM_Attention<hllm::f16>)->Apply(attention_shapes);
+BENCHMARK(BM_Attention<hllm::BlockQ8_0>)->Apply(attention_shapes);
 
 // The same step through a paged cache: the context in 16-token blocks of a pool shared with a
 // second sequence (so a sequence's blocks are not adjacent), read through its block table by

@@ -189,12 +189,15 @@ inline void attend_head(const float* q, const Rows& keys, const Rows& values, st
 }
 
 #if HLLM_ISA_LEVEL >= 1
-// The per-ISA steps of the tiled kernel below, on VecF32's registers (8 or 16 lanes).
+// The per-ISA steps of the tiled kernel below, on VecF32's registers (8 or 16 lanes). The lane
+// sums are always inlined: out of line, GCC passed their 16 accumulators through the stack, and
+// the AVX-512 attention ran 1.5-1.7× slower (docs/performance.md, "Attention: any group in the
+// tile").
 #if HLLM_ISA_LEVEL == 2
 // The sums of 16 accumulators' 16 lanes, in one vector: lane 4q + m holds the sum of a[4m + q].
 // Every accumulator's lanes are added in the same tree (pairs i, i + 8, then i, i + 4, i, i + 2,
 // i, i + 1) whatever its slot, so a sum does not depend on what shares the vector with it.
-inline __m512 sum_lanes16(const __m512 a[16]) {
+[[gnu::always_inline]] inline __m512 sum_lanes16(const __m512 a[16]) {
   __m512 b[8], c[4], e[2];
   _Pragma("GCC unroll 8") for (std::size_t i = 0; i < 8; ++i) b[i] =
       _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
@@ -208,7 +211,7 @@ inline __m512 sum_lanes16(const __m512 a[16]) {
   return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], 0x88), _mm512_shuffle_ps(e[0], e[1], 0xDD));
 }
 // Lane i: the sum of a[i]'s lanes (sum_lanes16 over the accumulators in its slot order).
-inline __m512 sum_each(const __m512 a[16]) {
+[[gnu::always_inline]] inline __m512 sum_each(const __m512 a[16]) {
   __m512 slots[16];  // sum_lanes16 puts slot 4m + q's sum in lane 4q + m
   _Pragma("GCC unroll 16") for (std::size_t i = 0; i < 16; ++i) slots[i] = a[(i % 4) * 4 + i / 4];
   return sum_lanes16(slots);
@@ -228,7 +231,7 @@ inline __m512 select_lanes(__mmask16 valid, __m512 x, __m512 otherwise) {
 }
 #else
 // Lane i: the sum of a[i]'s 8 lanes, in the same tree for every i ((0+1)+(2+3))+((4+5)+(6+7)).
-inline __m256 sum_each(const __m256 a[8]) {
+[[gnu::always_inline]] inline __m256 sum_each(const __m256 a[8]) {
   const __m256 pairs01 = _mm256_hadd_ps(a[0], a[1]), pairs23 = _mm256_hadd_ps(a[2], a[3]),
                pairs45 = _mm256_hadd_ps(a[4], a[5]), pairs67 = _mm256_hadd_ps(a[6], a[7]);
   // Lane i of quads0123 (i < 4) is a[i]'s lanes 0..3 summed, lane i + 4 its lanes 4..7; the same
@@ -253,17 +256,17 @@ inline __m256 select_lanes(__m256i valid, __m256 x, __m256 otherwise) {
 
 // The dot products of H query heads with lanes / H key rows: lane j·H + g is head g's with row
 // j. Each product is one FMA chain over the head's dimensions then sum_each, the same
-// arithmetic whatever H. q: [H][head_dim], rows: lanes / H row addresses.
+// arithmetic whatever H. q_rows: H query rows of head_dim, rows: lanes / H row addresses.
 template <std::size_t H, class KV>
-inline VecF32::Reg dot_heads_rows(const float* q, const KV* const* rows, std::size_t head_dim) {
+inline VecF32::Reg dot_heads_rows(const float* const* q_rows, const KV* const* rows,
+                                  std::size_t head_dim) {
   using V = VecF32;
   constexpr std::size_t kRows = V::lanes / H;
   V::Reg acc[V::lanes];  // [row][head]
   _Pragma("GCC unroll 16") for (std::size_t i = 0; i < V::lanes; ++i) acc[i] = V::zero();
   for (std::size_t d = 0; d < head_dim; d += V::lanes) {
     V::Reg qd[H];
-    _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) qd[g] =
-        V::load(q + g * head_dim + d);
+    _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) qd[g] = V::load(q_rows[g] + d);
     _Pragma("GCC unroll 16") for (std::size_t j = 0; j < kRows; ++j) {
       const V::Reg k = load_kv(rows[j], d);
       _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) acc[j * H + g] =
@@ -273,10 +276,10 @@ inline VecF32::Reg dot_heads_rows(const float* q, const KV* const* rows, std::si
   return sum_each(acc);
 }
 
-// out[g][d .. d + lanes) = out[g][..]·correction[g] + Σ_j p[j·G + g]·v_j[..] for H heads g: each
+// out[g][d .. d + lanes) = out[g][..]·correction[g] + Σ_j p[j·P + g]·v_j[..] for H heads g: each
 // head's accumulator is one FMA chain over the keys in order, whatever H.
-// out: [H][head_dim] (row stride head_dim), correction: [H], p: [count][G] at the first head.
-template <std::size_t H, std::size_t G, class KV>
+// out: [H][head_dim] (row stride head_dim), correction: [H], p: [count][P] at the first head.
+template <std::size_t H, std::size_t P, class KV>
 inline void accumulate_values(float* out, std::size_t head_dim, std::size_t d,
                               const float* correction, const float* p, const KV* const* value_rows,
                               std::size_t count) {
@@ -287,35 +290,56 @@ inline void accumulate_values(float* out, std::size_t head_dim, std::size_t d,
   for (std::size_t j = 0; j < count; ++j) {
     const V::Reg v = load_kv(value_rows[j], d);
     _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) o[g] =
-        V::fma(V::set1(p[j * G + g]), v, o[g]);
+        V::fma(V::set1(p[j * P + g]), v, o[g]);
   }
   _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g)
       V::store(out + g * head_dim + d, o[g]);
 }
 
+// Asks for rows [first, first + count) in L1, every line of each (row_bytes). The tiled kernel
+// asks for the next tile's keys as it starts a tile: its dot reads a few rows at a time (4 with
+// SmolLM2's padded 3 heads, 2 with 8), too few misses in flight where a decode's cache comes
+// from L3 or memory. With it SmolLM2-135M decoded at 2048 tokens of context 1.3-1.4× faster on
+// Zen 5 (docs/performance.md, "Attention: any group in the tile"); the values need none, the
+// value pass reading all of a tile's rows for each vector of dimensions.
+template <class Rows>
+inline void prefetch_rows(const Rows& rows, std::size_t first, std::size_t count,
+                          std::size_t row_bytes) {
+  for (std::size_t j = 0; j < count; ++j) {
+    const char* row = reinterpret_cast<const char*>(rows(first + j));
+    for (std::size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
+  }
+}
+
 // G query heads that share one KV head (GQA, or latent attention's 16), against the same n_keys
 // keys and values, one key per vector lane a tile (16 with AVX-512, 8 on AVX2): each key row is
-// read once for up to H = min(G, 8) heads and each query row once for lanes / H keys, so the
+// read once for up to H = min(P, 8) heads and each query row once for lanes / H keys, so the
 // scores are FMAs of full vectors with one lane sum per (key, head) at the end, and no
-// transposes. A tile's scores sit in memory as [key][head], which puts head g in the lanes
-// congruent to g modulo G, so the softmax's maxima, exponentials and rescale factors run on whole
-// vectors for every head at once. The value pass keeps H accumulators per vector of dimensions
-// in registers. Same online softmax as attend_head; a head's arithmetic does not depend on G
-// (sums over keys run in key order), so splitting a group changes no bit. q: [G][head_dim],
-// keys, values: n_keys rows, out: [G][head_dim]; G <= lanes, head_dim a multiple of the lanes
-// (any width: nothing is staged per row).
+// transposes. The heads are padded to P, the power of two at or above G (SmolLM2's 3 to 4,
+// Qwen2.5-0.5B's 7 to 8): a padded head repeats the last query row and its lanes are never read.
+// A tile's scores sit in memory as [key][P heads], which puts head g in the lanes congruent to g
+// modulo P, so the softmax's maxima, exponentials and rescale factors run on whole vectors for
+// every head at once. The value pass keeps up to 8 accumulators per vector of dimensions in
+// registers, for the G real heads only. Same online softmax as attend_head; a head's arithmetic
+// does not depend on G (a (key, head) dot is one lane's chain, sums over keys run in key order),
+// so splitting a group changes no bit. q: [G][head_dim], keys, values: n_keys rows,
+// out: [G][head_dim]; G <= lanes, head_dim a multiple of the lanes (any width: nothing is staged
+// per row).
 template <std::size_t G, class Rows>
 inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& values,
                                std::size_t n_keys, std::size_t head_dim, AttentionScoring scoring,
                                float* out) {
   using V = VecF32;
-  constexpr std::size_t kKeys = V::lanes, H = G < 8 ? G : 8, kUnitRows = kKeys / H;
-  static_assert(G <= V::lanes, "a tile holds one lane per head");
+  constexpr std::size_t P = std::bit_ceil(G), kKeys = V::lanes, H = P < 8 ? P : 8,
+                        kUnitRows = kKeys / H;
+  static_assert(P <= V::lanes, "a tile holds one lane per head");
   using KV = typename Rows::element_type;
-  alignas(64) float scores[kKeys * G];  // [key][head], then the probabilities
+  alignas(64) float scores[kKeys * P];  // [key][head], then the probabilities
   alignas(64) float correction[V::lanes];
+  const float* q_rows[P];  // [head]: heads past G repeat the last row
+  for (std::size_t g = 0; g < P; ++g) q_rows[g] = q + std::min(g, G - 1) * head_dim;
   const V::Reg minus_infinity = V::set1(-std::numeric_limits<float>::infinity());
-  V::Reg running_max = minus_infinity;  // lane l: head l % G
+  V::Reg running_max = minus_infinity;  // lane l: head l % P
   V::Reg running_sum = V::zero();       // lane g < G
   std::fill(out, out + G * head_dim, 0.0f);
   for (std::size_t start = 0; start < n_keys; start += kKeys) {
@@ -328,48 +352,53 @@ inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& val
       key_rows[j] = keys(start + std::min(j, count - 1));
       value_rows[j] = values(start + std::min(j, count - 1));
     }
+    prefetch_rows(keys, start + kKeys, std::min(kKeys, n_keys - std::min(n_keys, start + kKeys)),
+                  kv_row_elements<KV>(head_dim) * sizeof(KV));
     // Scores, one (key, head) pair a lane: H heads of lanes / H keys a vector.
-    for (std::size_t g0 = 0; g0 < G; g0 += H)
+    for (std::size_t g0 = 0; g0 < P; g0 += H)
       for (std::size_t j0 = 0; j0 < kKeys; j0 += kUnitRows) {
-        const V::Reg dots = dot_heads_rows<H>(q + g0 * head_dim, key_rows + j0, head_dim);
-        if constexpr (H == G) {
-          V::store(scores + j0 * G, dots);
-        } else {  // AVX-512's 16 heads: 2 keys × 8 heads, each key's 8 lanes to its own row
+        const V::Reg dots = dot_heads_rows<H>(q_rows + g0, key_rows + j0, head_dim);
+        if constexpr (H == P) {
+          V::store(scores + j0 * P, dots);
+        } else {  // AVX-512's 16 lanes of heads: 2 keys × 8 heads, each key's 8 lanes to its row
 #if HLLM_ISA_LEVEL == 2
-          _mm512_mask_storeu_ps(scores + j0 * G + g0, 0x00FF, dots);
-          _mm512_mask_storeu_ps(scores + (j0 + 1) * G + g0 - 8, 0xFF00, dots);
+          _mm512_mask_storeu_ps(scores + j0 * P + g0, 0x00FF, dots);
+          _mm512_mask_storeu_ps(scores + (j0 + 1) * P + g0 - 8, 0xFF00, dots);
 #endif
         }
       }
-    // Softmax over the tile, [key][head] vectors: flat entry f is key f / G, head f % G, valid
-    // below count · G.
+    // Softmax over the tile, [key][head] vectors: flat entry f is key f / P, head f % P, valid
+    // below count · P.
     V::Reg tile_max = minus_infinity;
-    V::Reg scaled[G];
-    _Pragma("GCC unroll 16") for (std::size_t v = 0; v < G; ++v) {
+    V::Reg scaled[P];
+    _Pragma("GCC unroll 16") for (std::size_t v = 0; v < P; ++v) {
       V::Reg x = V::mul(V::load(scores + V::lanes * v), V::set1(scoring.scale));
       if (scoring.capped()) x = soft_capped(x, V::set1(scoring.softcap));
       const std::size_t valid =
-          count * G > V::lanes * v ? std::min(V::lanes, count * G - V::lanes * v) : 0;
+          count * P > V::lanes * v ? std::min(V::lanes, count * P - V::lanes * v) : 0;
       scaled[v] = select_lanes(V::mask(valid), x, minus_infinity);
       tile_max = V::max(tile_max, scaled[v]);
     }
-    const V::Reg new_max = V::max(running_max, max_congruent_lanes<G>(tile_max));
+    const V::Reg new_max = V::max(running_max, max_congruent_lanes<P>(tile_max));
     const V::Reg rescale = V::exp(V::sub(running_max, new_max));
     V::store(correction, rescale);
     running_max = new_max;
     // (A masked lane's value is never read: the loops below stop at count.)
-    _Pragma("GCC unroll 16") for (std::size_t v = 0; v < G; ++v)
+    _Pragma("GCC unroll 16") for (std::size_t v = 0; v < P; ++v)
         V::store(scores + V::lanes * v, V::exp(V::sub(scaled[v], new_max)));
     // Each head's tile sum in key order (lanes g < G), then the running sums rescaled.
     V::Reg tile_sum = V::zero();
-    for (std::size_t j = 0; j < count; ++j) tile_sum = V::add(tile_sum, V::load(scores + j * G, G));
+    for (std::size_t j = 0; j < count; ++j) tile_sum = V::add(tile_sum, V::load(scores + j * P, G));
     running_sum = V::fma(running_sum, rescale, tile_sum);
-    // out[g] = out[g]·correction[g] + Σ_j p[j][g]·v_j, up to 8 heads by one vector of dimensions
-    // at a time (two vectors per broadcast probability measured slower on Zen 4).
-    for (std::size_t g0 = 0; g0 < G; g0 += H)
-      for (std::size_t d = 0; d < head_dim; d += V::lanes)
-        accumulate_values<H, G>(out + g0 * head_dim, head_dim, d, correction + g0, scores + g0,
-                                value_rows, count);
+    // out[g] = out[g]·correction[g] + Σ_j p[j][g]·v_j for the G real heads, up to 8 by one
+    // vector of dimensions at a time (two vectors per broadcast probability measured slower on
+    // Zen 4).
+    for (std::size_t d = 0; d < head_dim; d += V::lanes) {
+      accumulate_values<std::min(G, H), P>(out, head_dim, d, correction, scores, value_rows, count);
+      if constexpr (G > H)
+        accumulate_values<G - H, P>(out + H * head_dim, head_dim, d, correction + H, scores + H,
+                                    value_rows, count);
+    }
   }
   alignas(64) float sums[V::lanes];
   V::store(sums, running_sum);
@@ -378,6 +407,30 @@ inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& val
       const float inv = 1.0f / sums[g];
       for (std::size_t d = 0; d < head_dim; ++d) out[g * head_dim + d] *= inv;
     }
+}
+
+// The tiled kernel for a group of G heads: where G is wider than the vector (16 heads on AVX2's
+// 8 lanes), its first lanes' heads and the rest as two tiles, a head's arithmetic the same in
+// either.
+template <std::size_t G, class Rows>
+inline void attend_group_in_tiles(const float* q, const Rows& keys, const Rows& values,
+                                  std::size_t n_keys, std::size_t head_dim,
+                                  AttentionScoring scoring, float* out) {
+  constexpr std::size_t kLanes = VecF32::lanes;
+  if constexpr (G <= kLanes) {
+    attend_group_tiles<G>(q, keys, values, n_keys, head_dim, scoring, out);
+  } else {
+    attend_group_tiles<kLanes>(q, keys, values, n_keys, head_dim, scoring, out);
+    attend_group_tiles<G - kLanes>(q + kLanes * head_dim, keys, values, n_keys, head_dim, scoring,
+                                   out + kLanes * head_dim);
+  }
+}
+// Its instances by group size: entry G − 1 runs G heads.
+template <class Rows, std::size_t... GroupLess1>
+constexpr auto attend_group_in_tiles_by_size(std::index_sequence<GroupLess1...>) {
+  using Fn = void (*)(const float*, const Rows&, const Rows&, std::size_t, std::size_t,
+                      AttentionScoring, float*);
+  return std::array<Fn, sizeof...(GroupLess1)>{&attend_group_in_tiles<GroupLess1 + 1, Rows>...};
 }
 #endif
 
@@ -389,21 +442,9 @@ inline void attend_group(const float* q, const Rows& keys, const Rows& values, s
                          float* out) {
 #if HLLM_ISA_LEVEL >= 1
   if (head_dim % VecF32::lanes == 0 && attention_group_tiled(group)) {
-    switch (group) {
-      case 1: return attend_group_tiles<1>(q, keys, values, n_keys, head_dim, scoring, out);
-      case 2: return attend_group_tiles<2>(q, keys, values, n_keys, head_dim, scoring, out);
-      case 4: return attend_group_tiles<4>(q, keys, values, n_keys, head_dim, scoring, out);
-      case 8: return attend_group_tiles<8>(q, keys, values, n_keys, head_dim, scoring, out);
-#if HLLM_ISA_LEVEL == 2
-      case 16: return attend_group_tiles<16>(q, keys, values, n_keys, head_dim, scoring, out);
-#else
-      case 16:  // two tiles of 8 heads: a head's arithmetic is the same in either
-        attend_group_tiles<8>(q, keys, values, n_keys, head_dim, scoring, out);
-        return attend_group_tiles<8>(q + 8 * head_dim, keys, values, n_keys, head_dim, scoring,
-                                     out + 8 * head_dim);
-#endif
-      default: break;
-    }
+    static constexpr auto by_size =
+        attend_group_in_tiles_by_size<Rows>(std::make_index_sequence<kAttentionTileMaxGroup>());
+    return by_size[group - 1](q, keys, values, n_keys, head_dim, scoring, out);
   }
 #endif
   for (std::size_t g = 0; g < group; ++g)

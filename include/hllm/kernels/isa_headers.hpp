@@ -4,6 +4,8 @@
 // isa_avx512.hpp include this first.
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
