@@ -409,42 +409,33 @@ inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& val
     }
 }
 
-// The tiled kernel for a group of G heads: where G is wider than the vector (16 heads on AVX2's
-// 8 lanes), its first lanes' heads and the rest as two tiles, a head's arithmetic the same in
-// either.
-template <std::size_t G, class Rows>
-inline void attend_group_in_tiles(const float* q, const Rows& keys, const Rows& values,
-                                  std::size_t n_keys, std::size_t head_dim,
-                                  AttentionScoring scoring, float* out) {
-  constexpr std::size_t kLanes = VecF32::lanes;
-  if constexpr (G <= kLanes) {
-    attend_group_tiles<G>(q, keys, values, n_keys, head_dim, scoring, out);
-  } else {
-    attend_group_tiles<kLanes>(q, keys, values, n_keys, head_dim, scoring, out);
-    attend_group_tiles<G - kLanes>(q + kLanes * head_dim, keys, values, n_keys, head_dim, scoring,
-                                   out + kLanes * head_dim);
-  }
-}
-// Its instances by group size: entry G − 1 runs G heads.
+// The tiled kernel's instances by group size: entry G − 1 runs G heads, G up to the lanes.
 template <class Rows, std::size_t... GroupLess1>
-constexpr auto attend_group_in_tiles_by_size(std::index_sequence<GroupLess1...>) {
+constexpr auto attend_group_tiles_by_size(std::index_sequence<GroupLess1...>) {
   using Fn = void (*)(const float*, const Rows&, const Rows&, std::size_t, std::size_t,
                       AttentionScoring, float*);
-  return std::array<Fn, sizeof...(GroupLess1)>{&attend_group_in_tiles<GroupLess1 + 1, Rows>...};
+  return std::array<Fn, sizeof...(GroupLess1)>{&attend_group_tiles<GroupLess1 + 1, Rows>...};
 }
 #endif
 
 // `group` query heads sharing one KV head: q, out: [group][head_dim], keys, values: n_keys
-// rows. The tiled kernel above where it applies, else one head at a time.
+// rows. The tiled kernel above on the vector ISAs where rows are whole vectors, else one head at
+// a time.
 template <class Rows>
 inline void attend_group(const float* q, const Rows& keys, const Rows& values, std::size_t n_keys,
                          std::size_t head_dim, std::size_t group, AttentionScoring scoring,
                          float* out) {
 #if HLLM_ISA_LEVEL >= 1
-  if (head_dim % VecF32::lanes == 0 && attention_group_tiled(group)) {
+  constexpr std::size_t kLanes = VecF32::lanes;
+  if (head_dim % kLanes == 0) {
     static constexpr auto by_size =
-        attend_group_in_tiles_by_size<Rows>(std::make_index_sequence<kAttentionTileMaxGroup>());
-    return by_size[group - 1](q, keys, values, n_keys, head_dim, scoring, out);
+        attend_group_tiles_by_size<Rows>(std::make_index_sequence<kLanes>());
+    // A group wider than the vector (16 heads on AVX2's 8 lanes, multi-query's 32 or 71) as
+    // tiles of up to kLanes heads: a head's arithmetic is the same in any.
+    for (std::size_t first = 0; first < group; first += kLanes)
+      by_size[std::min(kLanes, group - first) - 1](q + first * head_dim, keys, values, n_keys,
+                                                   head_dim, scoring, out + first * head_dim);
+    return;
   }
 #endif
   for (std::size_t g = 0; g < group; ++g)

@@ -81,15 +81,6 @@ using AttendGroupFn = void (*)(const float* q, const void* keys, const void* val
                                std::size_t n_keys, std::size_t head_dim, std::size_t group,
                                AttentionScoring scoring, float* out);
 
-// The group sizes an AttendGroupFn runs through its tiled kernel (AVX2 and AVX-512, rows of a
-// multiple of the vector's 8 or 16 lanes) rather than one head at a time: any up to 16. A head's
-// arithmetic is the same in any group on the same side of this test, so a caller may split a
-// group into such parts without changing a bit.
-inline constexpr std::size_t kAttentionTileMaxGroup = 16;
-constexpr bool attention_group_tiled(std::size_t group) noexcept {
-  return group >= 1 && group <= kAttentionTileMaxGroup;
-}
-
 // Where the rows of one layer's keys (or values) of one KV head lie in a paged cache
 // (nn/paged_kv_storage.hpp), for an attention call over n_keys rows: row j is position
 // first + j, at slot (first + j) % block_tokens of block blocks[(first + j) / block_tokens].

@@ -193,18 +193,15 @@ class LlamaBlock {
   // their keys and values are read once; where those pairs are fewer than the threads (decode
   // with few KV heads: latent attention's one, multi-query's), each group's heads are halved
   // until they are not. A head's arithmetic is the same whatever group it runs in (the tiled
-  // kernel's heads are independent lanes; the halving stops before a group size that would
-  // pick another kernel), so results do not depend on the thread count.
+  // kernel's heads are independent lanes, and which kernel runs depends on the ISA and the
+  // head's width alone), so results do not depend on the thread count.
   template <class Chunk>
   void attend_chunk(const Compute& compute, const Chunk& chunk, std::size_t n_tokens,
                     const float* q, float* out, std::size_t q_width) const {
     const std::size_t n_heads = n_heads_(), n_kv = n_kv_heads_(), group = n_heads / n_kv;
     const std::size_t threads = compute.pool().size();
     std::size_t parts = 1;  // per KV head
-    while (n_tokens * n_kv * parts < threads && group % (2 * parts) == 0 &&
-           kernels::attention_group_tiled(group) ==
-               kernels::attention_group_tiled(group / (2 * parts)))
-      parts *= 2;
+    while (n_tokens * n_kv * parts < threads && group % (2 * parts) == 0) parts *= 2;
     const std::size_t heads = group / parts, units_per_token = n_kv * parts;
     // Work: about 2 · head_dim multiply-adds per visible key per head.
     const std::size_t attention_work =
