@@ -190,9 +190,9 @@ inline void attend_head(const float* q, const Rows& keys, const Rows& values, st
 
 #if HLLM_ISA_LEVEL >= 1
 // The per-ISA steps of the tiled kernel below, on VecF32's registers (8 or 16 lanes). The lane
-// sums are always inlined: out of line, GCC passed their 16 accumulators through the stack, and
-// the AVX-512 attention ran 1.5-1.7× slower (docs/performance.md, "Attention: any group in the
-// tile").
+// sums and the dots that end in them are always inlined: out of line (GCC's choice varied with
+// the group sizes instantiated), the AVX-512 attention ran 1.5-1.7× slower and AVX2's over a
+// Q8_0 cache 1.7× (docs/performance.md, "Attention: any group in the tile").
 #if HLLM_ISA_LEVEL == 2
 // The sums of 16 accumulators' 16 lanes, in one vector: lane 4q + m holds the sum of a[4m + q].
 // Every accumulator's lanes are added in the same tree (pairs i, i + 8, then i, i + 4, i, i + 2,
@@ -256,10 +256,12 @@ inline __m256 select_lanes(__m256i valid, __m256 x, __m256 otherwise) {
 
 // The dot products of H query heads with lanes / H key rows: lane j·H + g is head g's with row
 // j. Each product is one FMA chain over the head's dimensions then sum_each, the same
-// arithmetic whatever H. q_rows: H query rows of head_dim, rows: lanes / H row addresses.
+// arithmetic whatever H. Always inlined (above). q_rows: H query rows of head_dim,
+// rows: lanes / H row addresses.
 template <std::size_t H, class KV>
-inline VecF32::Reg dot_heads_rows(const float* const* q_rows, const KV* const* rows,
-                                  std::size_t head_dim) {
+[[gnu::always_inline]] inline VecF32::Reg dot_heads_rows(const float* const* q_rows,
+                                                         const KV* const* rows,
+                                                         std::size_t head_dim) {
   using V = VecF32;
   constexpr std::size_t kRows = V::lanes / H;
   V::Reg acc[V::lanes];  // [row][head]
