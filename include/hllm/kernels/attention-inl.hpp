@@ -53,6 +53,16 @@ inline void exp_shifted(float* scores, std::size_t count, float max) {
 // exact in f16, times 256·d, exact in float). A lane group never straddles a block: lanes divide
 // 32 and rows are whole blocks, which also means the tail overloads are never reached for block
 // rows (they are for the templates' sake, and read through kv_value).
+// A cache block's f16 scale as a float, exactly to_float's value: F16C's one instruction in the
+// vector builds (the generic conversion, once out of line, took 7% of an AVX2 attention step over
+// a Q8_0 cache).
+inline float block_scale(f16 d) {
+#if HLLM_ISA_LEVEL >= 1
+  return _cvtsh_ss(d.bits);
+#else
+  return to_float(d);
+#endif
+}
 template <class KV>
 inline VecF32::Reg load_kv(const KV* row, std::size_t d) {
   return VecF32::load(row + d);
@@ -63,22 +73,22 @@ inline VecF32::Reg load_kv(const KV* row, std::size_t d, std::size_t n) {
 }
 inline VecF32::Reg load_kv(const BlockQ8_0* row, std::size_t d) {
   const BlockQ8_0& block = row[d / kQK8_0];
-  return VecF32::mul(VecF32::set1(to_float(block.d)), VecF32::load(block.qs + d % kQK8_0));
+  return VecF32::mul(VecF32::set1(block_scale(block.d)), VecF32::load(block.qs + d % kQK8_0));
 }
 inline VecF32::Reg load_kv(const BlockQ8_0* row, std::size_t d, std::size_t n) {
   const BlockQ8_0& block = row[d / kQK8_0];
-  return VecF32::mul(VecF32::set1(to_float(block.d)), VecF32::load(block.qs + d % kQK8_0, n));
+  return VecF32::mul(VecF32::set1(block_scale(block.d)), VecF32::load(block.qs + d % kQK8_0, n));
 }
 // Values j..j + lanes of a block are nibbles of qs[j % 16 ..]: the low ones for j < 16.
 inline VecF32::Reg load_kv(const BlockQ4_0* row, std::size_t d) {
   const BlockQ4_0& block = row[d / kQK4_0];
   const std::size_t j = d % kQK4_0;
   const VecF32::Reg q = VecF32::load_nibbles(block.qs + j % (kQK4_0 / 2), j < kQK4_0 / 2 ? 0 : 4);
-  return VecF32::mul(VecF32::set1(to_float(block.d)), VecF32::sub(q, VecF32::set1(8.0f)));
+  return VecF32::mul(VecF32::set1(block_scale(block.d)), VecF32::sub(q, VecF32::set1(8.0f)));
 }
 inline VecF32::Reg load_kv(const BlockFP8* row, std::size_t d) {
   const BlockFP8& block = row[d / kQKFP8];
-  return VecF32::mul(VecF32::set1(to_float(block.d) * 256.0f),
+  return VecF32::mul(VecF32::set1(block_scale(block.d) * 256.0f),
                      VecF32::load_e4m3(block.qs + d % kQKFP8));
 }
 template <class Block>
@@ -282,9 +292,10 @@ template <std::size_t H, class KV>
 // head's accumulator is one FMA chain over the keys in order, whatever H.
 // out: [H][head_dim] (row stride head_dim), correction: [H], p: [count][P] at the first head.
 template <std::size_t H, std::size_t P, class KV>
-inline void accumulate_values(float* out, std::size_t head_dim, std::size_t d,
-                              const float* correction, const float* p, const KV* const* value_rows,
-                              std::size_t count) {
+[[gnu::always_inline]] inline void accumulate_values(float* out, std::size_t head_dim,
+                                                     std::size_t d, const float* correction,
+                                                     const float* p, const KV* const* value_rows,
+                                                     std::size_t count) {
   using V = VecF32;
   V::Reg o[H];
   _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g) o[g] =
@@ -296,6 +307,28 @@ inline void accumulate_values(float* out, std::size_t head_dim, std::size_t d,
   }
   _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g)
       V::store(out + g * head_dim + d, o[g]);
+}
+// accumulate_values over every vector of a row's dimensions, for Heads heads.
+template <std::size_t Heads, std::size_t P, class KV>
+inline void accumulate_row_values(float* out, std::size_t head_dim, const float* correction,
+                                  const float* p, const KV* const* value_rows, std::size_t count) {
+  for (std::size_t d = 0; d < head_dim; d += VecF32::lanes)
+    accumulate_values<Heads, P>(out, head_dim, d, correction, p, value_rows, count);
+}
+// The same for `heads` heads, 1 to min(P, 8), known at run time: the tile is compiled once per
+// padded width P and only its value pass once per real head count (one instance per group size
+// tripled the AVX-512 kernels' compile time).
+template <std::size_t P, class KV>
+inline void accumulate_tile_values(std::size_t heads, float* out, std::size_t head_dim,
+                                   const float* correction, const float* p,
+                                   const KV* const* value_rows, std::size_t count) {
+  [&]<std::size_t... HeadsLess1>(std::index_sequence<HeadsLess1...>) {
+    ((heads == HeadsLess1 + 1 ? accumulate_row_values<HeadsLess1 + 1, P>(out, head_dim, correction,
+                                                                         p, value_rows, count)
+                              : void()),
+     ...);
+  }
+  (std::make_index_sequence<(P < 8 ? P : 8)>());
 }
 
 // Asks for rows [first, first + count) in L1, every line of each (row_bytes). The tiled kernel
@@ -313,9 +346,9 @@ inline void prefetch_rows(const Rows& rows, std::size_t first, std::size_t count
   }
 }
 
-// G query heads that share one KV head (GQA, or latent attention's 16), against the same n_keys
-// keys and values, one key per vector lane a tile (16 with AVX-512, 8 on AVX2): each key row is
-// read once for up to H = min(P, 8) heads and each query row once for lanes / H keys, so the
+// G = group query heads that share one KV head (GQA, or latent attention's 16), against the same
+// n_keys keys and values, one key per vector lane a tile (16 with AVX-512, 8 on AVX2): each key row
+// is read once for up to H = min(P, 8) heads and each query row once for lanes / H keys, so the
 // scores are FMAs of full vectors with one lane sum per (key, head) at the end, and no
 // transposes. The heads are padded to P, the power of two at or above G (SmolLM2's 3 to 4,
 // Qwen2.5-0.5B's 7 to 8): a padded head repeats the last query row and its lanes are never read.
@@ -326,24 +359,23 @@ inline void prefetch_rows(const Rows& rows, std::size_t first, std::size_t count
 // does not depend on G (a (key, head) dot is one lane's chain, sums over keys run in key order),
 // so splitting a group changes no bit. q: [G][head_dim], keys, values: n_keys rows,
 // out: [G][head_dim]; G <= lanes, head_dim a multiple of the lanes (any width: nothing is staged
-// per row).
-template <std::size_t G, class Rows>
+// per row). Compiled once per padded width P (G at run time).
+template <std::size_t P, class Rows>
 inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& values,
-                               std::size_t n_keys, std::size_t head_dim, AttentionScoring scoring,
-                               float* out) {
+                               std::size_t n_keys, std::size_t head_dim, std::size_t group,
+                               AttentionScoring scoring, float* out) {
   using V = VecF32;
-  constexpr std::size_t P = std::bit_ceil(G), kKeys = V::lanes, H = P < 8 ? P : 8,
-                        kUnitRows = kKeys / H;
+  constexpr std::size_t kKeys = V::lanes, H = P < 8 ? P : 8, kUnitRows = kKeys / H;
   static_assert(P <= V::lanes, "a tile holds one lane per head");
   using KV = typename Rows::element_type;
   alignas(64) float scores[kKeys * P];  // [key][head], then the probabilities
   alignas(64) float correction[V::lanes];
-  const float* q_rows[P];  // [head]: heads past G repeat the last row
-  for (std::size_t g = 0; g < P; ++g) q_rows[g] = q + std::min(g, G - 1) * head_dim;
+  const float* q_rows[P];  // [head]: heads past the group repeat its last row
+  for (std::size_t g = 0; g < P; ++g) q_rows[g] = q + std::min(g, group - 1) * head_dim;
   const V::Reg minus_infinity = V::set1(-std::numeric_limits<float>::infinity());
   V::Reg running_max = minus_infinity;  // lane l: head l % P
-  V::Reg running_sum = V::zero();       // lane g < G
-  std::fill(out, out + G * head_dim, 0.0f);
+  V::Reg running_sum = V::zero();       // lane g < group
+  std::fill(out, out + group * head_dim, 0.0f);
   for (std::size_t start = 0; start < n_keys; start += kKeys) {
     const std::size_t count = std::min(kKeys, n_keys - start);
     // The tile's row addresses, once (a paged cache's cost a block-table lookup each); rows past
@@ -388,35 +420,33 @@ inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& val
     // (A masked lane's value is never read: the loops below stop at count.)
     _Pragma("GCC unroll 16") for (std::size_t v = 0; v < P; ++v)
         V::store(scores + V::lanes * v, V::exp(V::sub(scaled[v], new_max)));
-    // Each head's tile sum in key order (lanes g < G), then the running sums rescaled.
+    // Each head's tile sum in key order (lanes g < group), then the running sums rescaled.
     V::Reg tile_sum = V::zero();
-    for (std::size_t j = 0; j < count; ++j) tile_sum = V::add(tile_sum, V::load(scores + j * P, G));
+    for (std::size_t j = 0; j < count; ++j)
+      tile_sum = V::add(tile_sum, V::load(scores + j * P, group));
     running_sum = V::fma(running_sum, rescale, tile_sum);
     // out[g] = out[g]·correction[g] + Σ_j p[j][g]·v_j for the G real heads, up to 8 by one
     // vector of dimensions at a time (two vectors per broadcast probability measured slower on
     // Zen 4).
-    for (std::size_t d = 0; d < head_dim; d += V::lanes) {
-      accumulate_values<std::min(G, H), P>(out, head_dim, d, correction, scores, value_rows, count);
-      if constexpr (G > H)
-        accumulate_values<G - H, P>(out + H * head_dim, head_dim, d, correction + H, scores + H,
-                                    value_rows, count);
-    }
+    for (std::size_t g0 = 0; g0 < group; g0 += H)
+      accumulate_tile_values<P>(std::min(H, group - g0), out + g0 * head_dim, head_dim,
+                                correction + g0, scores + g0, value_rows, count);
   }
   alignas(64) float sums[V::lanes];
   V::store(sums, running_sum);
-  for (std::size_t g = 0; g < G; ++g)
+  for (std::size_t g = 0; g < group; ++g)
     if (sums[g] > 0.0f) {
       const float inv = 1.0f / sums[g];
       for (std::size_t d = 0; d < head_dim; ++d) out[g * head_dim + d] *= inv;
     }
 }
 
-// The tiled kernel's instances by group size: entry G − 1 runs G heads, G up to the lanes.
-template <class Rows, std::size_t... GroupLess1>
-constexpr auto attend_group_tiles_by_size(std::index_sequence<GroupLess1...>) {
-  using Fn = void (*)(const float*, const Rows&, const Rows&, std::size_t, std::size_t,
+// The tiled kernel's instances by padded width: entry i runs tiles of 2^i lanes of heads.
+template <class Rows, std::size_t... Log2P>
+constexpr auto attend_group_tiles_by_width(std::index_sequence<Log2P...>) {
+  using Fn = void (*)(const float*, const Rows&, const Rows&, std::size_t, std::size_t, std::size_t,
                       AttentionScoring, float*);
-  return std::array<Fn, sizeof...(GroupLess1)>{&attend_group_tiles<GroupLess1 + 1, Rows>...};
+  return std::array<Fn, sizeof...(Log2P)>{&attend_group_tiles<std::size_t{1} << Log2P, Rows>...};
 }
 #endif
 
@@ -430,13 +460,15 @@ inline void attend_group(const float* q, const Rows& keys, const Rows& values, s
 #if HLLM_ISA_LEVEL >= 1
   constexpr std::size_t kLanes = VecF32::lanes;
   if (head_dim % kLanes == 0) {
-    static constexpr auto by_size =
-        attend_group_tiles_by_size<Rows>(std::make_index_sequence<kLanes>());
+    static constexpr auto by_width =
+        attend_group_tiles_by_width<Rows>(std::make_index_sequence<std::bit_width(kLanes)>());
     // A group wider than the vector (16 heads on AVX2's 8 lanes, multi-query's 32 or 71) as
     // tiles of up to kLanes heads: a head's arithmetic is the same in any.
-    for (std::size_t first = 0; first < group; first += kLanes)
-      by_size[std::min(kLanes, group - first) - 1](q + first * head_dim, keys, values, n_keys,
-                                                   head_dim, scoring, out + first * head_dim);
+    for (std::size_t first = 0; first < group; first += kLanes) {
+      const std::size_t heads = std::min(kLanes, group - first);
+      by_width[std::bit_width(heads - 1)](q + first * head_dim, keys, values, n_keys, head_dim,
+                                          heads, scoring, out + first * head_dim);
+    }
     return;
   }
 #endif
