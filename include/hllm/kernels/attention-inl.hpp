@@ -48,11 +48,6 @@ inline void exp_shifted(float* scores, std::size_t count, float max) {
   }
 }
 
-// Values [d, d + lanes) (or [d, d + n)) of a cached row as floats, equal to kv_value's: for the
-// block types the same product d·q rounded once (Q4_0: d·(q − 8); FP8: the E4M3 value times 2^-8,
-// exact in f16, times 256·d, exact in float). A lane group never straddles a block: lanes divide
-// 32 and rows are whole blocks, which also means the tail overloads are never reached for block
-// rows (they are for the templates' sake, and read through kv_value).
 // A cache block's f16 scale as a float, exactly to_float's value: F16C's one instruction in the
 // vector builds (the generic conversion, once out of line, took 7% of an AVX2 attention step over
 // a Q8_0 cache).
@@ -63,6 +58,12 @@ inline float block_scale(f16 d) {
   return to_float(d);
 #endif
 }
+
+// Values [d, d + lanes) (or [d, d + n)) of a cached row as floats, equal to kv_value's: for the
+// block types the same product d·q rounded once (Q4_0: d·(q − 8); FP8: the E4M3 value times 2^-8,
+// exact in f16, times 256·d, exact in float). A lane group never straddles a block: lanes divide
+// 32 and rows are whole blocks, which also means the tail overloads are never reached for block
+// rows (they are for the templates' sake, and read through kv_value).
 template <class KV>
 inline VecF32::Reg load_kv(const KV* row, std::size_t d) {
   return VecF32::load(row + d);
@@ -317,7 +318,7 @@ inline void accumulate_row_values(float* out, std::size_t head_dim, const float*
 }
 // The same for `heads` heads, 1 to min(P, 8), known at run time: the tile is compiled once per
 // padded width P and only its value pass once per real head count (one instance per group size
-// tripled the AVX-512 kernels' compile time).
+// more than doubled the AVX-512 kernels' compile time).
 template <std::size_t P, class KV>
 inline void accumulate_tile_values(std::size_t heads, float* out, std::size_t head_dim,
                                    const float* correction, const float* p,
