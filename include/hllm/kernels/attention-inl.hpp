@@ -309,6 +309,11 @@ template <std::size_t H, std::size_t P, class KV>
   _Pragma("GCC unroll 8") for (std::size_t g = 0; g < H; ++g)
       V::store(out + g * head_dim + d, o[g]);
 }
+// The heads one pass of a tile of P lanes of heads covers, the dot's and the value pass's: up to
+// 8, the accumulators that stay in registers.
+template <std::size_t P>
+inline constexpr std::size_t kHeadsPerPass = P < 8 ? P : 8;
+
 // accumulate_values over every vector of a row's dimensions, for Heads heads.
 template <std::size_t Heads, std::size_t P, class KV>
 inline void accumulate_row_values(float* out, std::size_t head_dim, const float* correction,
@@ -329,20 +334,20 @@ inline void accumulate_tile_values(std::size_t heads, float* out, std::size_t he
                               : void()),
      ...);
   }
-  (std::make_index_sequence<(P < 8 ? P : 8)>());
+  (std::make_index_sequence<kHeadsPerPass<P>>());
 }
 
-// Asks for rows [first, first + count) in L1, every line of each (row_bytes). The tiled kernel
+// Asks for rows [first, end) in L1, every line of each (row_bytes). The tiled kernel
 // asks for the next tile's keys as it starts a tile: its dot reads a few rows at a time (4 with
 // SmolLM2's padded 3 heads, 2 with 8), too few misses in flight where a decode's cache comes
 // from L3 or memory. With it SmolLM2-135M decoded at 2048 tokens of context 1.3-1.4× faster on
 // Zen 5 (docs/performance.md, "Attention: any group in the tile"); the values need none, the
 // value pass reading all of a tile's rows for each vector of dimensions.
 template <class Rows>
-inline void prefetch_rows(const Rows& rows, std::size_t first, std::size_t count,
+inline void prefetch_rows(const Rows& rows, std::size_t first, std::size_t end,
                           std::size_t row_bytes) {
-  for (std::size_t j = 0; j < count; ++j) {
-    const char* row = reinterpret_cast<const char*>(rows(first + j));
+  for (std::size_t j = first; j < end; ++j) {
+    const char* row = reinterpret_cast<const char*>(rows(j));
     for (std::size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
   }
 }
@@ -366,11 +371,12 @@ inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& val
                                std::size_t n_keys, std::size_t head_dim, std::size_t group,
                                AttentionScoring scoring, float* out) {
   using V = VecF32;
-  constexpr std::size_t kKeys = V::lanes, H = P < 8 ? P : 8, kUnitRows = kKeys / H;
+  constexpr std::size_t kKeys = V::lanes, H = kHeadsPerPass<P>, kUnitRows = kKeys / H;
   static_assert(P <= V::lanes, "a tile holds one lane per head");
   using KV = typename Rows::element_type;
   alignas(64) float scores[kKeys * P];  // [key][head], then the probabilities
   alignas(64) float correction[V::lanes];
+  const std::size_t row_bytes = kv_row_elements<KV>(head_dim) * sizeof(KV);
   const float* q_rows[P];  // [head]: heads past the group repeat its last row
   for (std::size_t g = 0; g < P; ++g) q_rows[g] = q + std::min(g, group - 1) * head_dim;
   const V::Reg minus_infinity = V::set1(-std::numeric_limits<float>::infinity());
@@ -387,8 +393,7 @@ inline void attend_group_tiles(const float* q, const Rows& keys, const Rows& val
       key_rows[j] = keys(start + std::min(j, count - 1));
       value_rows[j] = values(start + std::min(j, count - 1));
     }
-    prefetch_rows(keys, start + kKeys, std::min(kKeys, n_keys - std::min(n_keys, start + kKeys)),
-                  kv_row_elements<KV>(head_dim) * sizeof(KV));
+    prefetch_rows(keys, start + kKeys, std::min(n_keys, start + 2 * kKeys), row_bytes);
     // Scores, one (key, head) pair a lane: H heads of lanes / H keys a vector.
     for (std::size_t g0 = 0; g0 < P; g0 += H)
       for (std::size_t j0 = 0; j0 < kKeys; j0 += kUnitRows) {
