@@ -265,7 +265,7 @@ void quant_matmul_shapes(benchmark::internal::Benchmark* b) {
 void small_batch_shapes(benchmark::internal::Benchmark* b) {
   for (int isa : {1, 3, 2}) {
     for (int n : {1, 2, 4, 8, 16, 32}) b->Args({isa, 5632, 2048, n});
-    for (int n : {1, 8}) b->Args({isa, 32000, 2048, n});
+    for (int n : {1, 2, 4, 8}) b->Args({isa, 32000, 2048, n});
   }
   b->ArgNames({"isa", "rows", "cols", "n"})->Unit(benchmark::kMicrosecond);
 }

@@ -237,34 +237,93 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 #endif
 
 #if HLLM_ISA_LEVEL >= 1
-// Tokens per decode pass over a group's panel: Q4_0, Q4_1 and Q8_0 take as many as the registers
-// hold (one load and unpack of each weight register serves them all); the K-quants, whose chains
-// fill the registers already, one.
+// Tokens whose integer chains run side by side in the decode of a group's panel: Q4_0, Q4_1 and
+// Q8_0 take as many as the registers hold (one load and unpack of each weight register serves
+// them all); the K-quants, whose chains fill the registers already, one.
 template <class Block>
 inline constexpr std::size_t kDecodeTokens = std::is_same_v<Block, BlockQ4_0> ||
                                                      std::is_same_v<Block, BlockQ4_1> ||
                                                      std::is_same_v<Block, BlockQ8_0>
                                                  ? (HLLM_ISA_LEVEL == 2 ? 4 : 2)
                                                  : 1;
+// Tokens per pass over a group's panel: with AVX-512's 32 registers the float accumulators of
+// every token of a small batch (up to 8) stay in registers while their chains run kDecodeTokens
+// at a time, so the panel streams from memory once for the whole batch (in two passes of 4, 8
+// tokens took 2.2× one token's time through a 32000×2048 Q8_0 matrix from DRAM; in one pass that
+// asks further ahead, 1.3×: docs/performance.md, small batches). AVX2's 16 registers hold the
+// accumulators of kDecodeTokens only.
+template <class Block>
+inline constexpr std::size_t kDecodePassTokens =
+    HLLM_ISA_LEVEL == 2 ? 2 * kDecodeTokens<Block> : kDecodeTokens<Block>;
 // Token counts below this run the decode kernel, the others the packed GEMM: with several tokens
 // per pass, decode is the faster up to 8 tokens, for which the GEMM's staging of each panel is
 // shared by too few (docs/performance.md, small batches).
 template <class Block>
 inline constexpr std::size_t kDecodeBelowTokens = kDecodeTokens<Block> == 1 ? kPackedMinTokens : 9;
 
-// Decode of one 16-row group of Q4_0, Q4_1 or Q8_0 panels (Interleaved16) against kTokens
-// tokens (x: kTokens rows of activation blocks, x_stride apart): out[t·out_stride + r] for rows
-// r < 16, row r in lane r. Each block's integer dot is one chain per register of 16 rows' weights
-// against a broadcast activation group, in the panel GEMM's operand form (gemm_panels-inl.hpp:
-// with VNNI Q8_0's q + 128 bytes against a start at the block's bias, otherwise |q| against the
-// activation with q's sign), so it is exact and needs no lane sums, scale permutes or float
-// offset terms. Q4_0's offset is the low chain's start, bias / 16 = −8·Σx; Q4_1's minimums come in
-// after each block's scaled dot: m·d_x·Σx (d_sum), 16 rows at once. The high nibbles run a second
-// chain (high_nibbles: with VNNI multiplied in place as q & 0xf0). The unit's bytes are read in
-// address order (alternating the two columns' loads halves the rate at which the hardware
-// prefetcher streams the panels from DRAM), the lines kStreamPrefetchBytes on asked for in
-// passing (prefetch_stream_ahead), once for all kTokens tokens, whose chains take the
-// same operations in the same order as one token's would. Each block's scaled dot is added to
+// One half h of a unit of Q4_0, Q4_1 or Q8_0 panels (one block column, 16 rows) against kChains
+// tokens, their integer chains side by side: acc[t] += the 16 rows' scaled dot with token t's
+// block x[t·x_stride], for t < kChains. Each block's integer dot is one chain per register of 16
+// rows' weights against a broadcast activation group, in the panel GEMM's operand form
+// (gemm_panels-inl.hpp: with VNNI Q8_0's q + 128 bytes against a start at the block's bias,
+// otherwise |q| against the activation with q's sign), so it is exact and needs no lane sums,
+// scale permutes or float offset terms. Q4_0's offset is the low chain's start, bias / 16 =
+// −8·Σx; Q4_1's minimums come in after each block's scaled dot: m·d_x·Σx (d_sum), 16 rows at
+// once. The high nibbles run a second chain (high_nibbles: with VNNI multiplied in place as
+// q & 0xf0). Every token's chain takes the same operations in the same order as one token's
+// would.
+template <std::size_t kChains, class Block>
+[[gnu::always_inline]] inline void accumulate_half_unit(const Interleaved16<Block>& unit,
+                                                        std::size_t h, const BlockQ8Act* x,
+                                                        std::size_t x_stride, Lanes16::Float* acc) {
+  using L = Lanes16;
+  const auto a = [&](std::size_t t) -> const BlockQ8Act& { return x[t * x_stride]; };
+  L::Int dot[kChains];
+  if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+    _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) dot[t] =
+        L::splat32(offset_start(a(t).bias, kPanelOffset<Block>));
+    dot_runs<kPanelMax<Block>, 8>(dot, [&](std::size_t k, std::size_t t, L::Int& q, L::Int& s) {
+      q = L::load_int(unit.qs[h][k]);
+      s = broadcast_group(a(t), k);
+      if constexpr (kSignedPanel<Block>) {
+        const L::Int signed_q = L::bit_xor(q, L::splat8(0x80));
+        q = L::abs8(signed_q);
+        s = L::sign8(s, signed_q);
+      }
+    });
+  } else {
+    L::Int q[4];
+    _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) q[k] = L::load_int(unit.qs[h][k]);
+    // [low nibbles of every token, then high], raw nibbles on every ISA: Q4_0's offset of 8 is
+    // the low start.
+    L::Int chains[2 * kChains];
+    _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) {
+      chains[t] = L::splat32(offset_start(a(t).bias, std::is_same_v<Block, BlockQ4_0> ? 8 : 0));
+      chains[kChains + t] = L::zero_int();
+    }
+    dot_runs<kPanelMax<Block>, 4>(chains, [&](std::size_t k, std::size_t c, L::Int& v, L::Int& s) {
+      const std::size_t high = c / kChains;
+      v = high == 0 ? L::bit_and(q[k], L::splat8(0x0f)) : high_nibbles(q[k]);
+      s = broadcast_group(a(c % kChains), k + 4 * high);
+    });
+    _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) dot[t] =
+        L::add32(chains[t], high_nibble_dot(chains[kChains + t]));
+  }
+  const L::Float d = L::load(unit.d[h]);
+  _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) {
+    acc[t] = L::fma(L::to_float(dot[t]), L::mul(d, L::splat(a(t).d)), acc[t]);
+    if constexpr (std::is_same_v<Block, BlockQ4_1>)
+      acc[t] = L::fma(L::load(unit.m[h]), L::splat(a(t).d_sum), acc[t]);
+  }
+}
+
+// Decode of one 16-row group of Q4_0, Q4_1 or Q8_0 panels (Interleaved16) against kTokens ≤
+// kDecodePassTokens tokens (x: kTokens rows of activation blocks, x_stride apart): out[t·out_stride
+// + r] for rows r < 16, row r in lane r. Past kDecodeTokens the tokens' chains run in two tiles
+// (5 tokens: 3 + 2) over the same unit, while it is in L1. The unit's bytes are read in address
+// order (alternating the two columns' loads halves the rate at which the hardware prefetcher
+// streams the panels from DRAM), the lines stream_prefetch_bytes(kTokens) on asked for in
+// passing (prefetch_stream_ahead), once for all the tokens. Each block's scaled dot is added to
 // one accumulator per token, block after block, exactly as the packed GEMM (panel_tile) sums a
 // token's row: the kernels are batch invariant, a token's outputs the same bits whichever runs
 // it and with however many tokens.
@@ -273,57 +332,21 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
                                   std::size_t x_stride, std::size_t units, float* out,
                                   std::size_t out_stride) {
   using L = Lanes16;
+  static_assert(kTokens <= 2 * kDecodeTokens<Block>, "at most two chain tiles");
+  constexpr std::size_t kFirstTile = kTokens <= kDecodeTokens<Block> ? kTokens : (kTokens + 1) / 2;
   L::Float acc[kTokens];
-  _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = L::zero();
+  _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = L::zero();
   for (std::size_t u = 0; u < units; ++u) {
     const Interleaved16<Block>& unit = w[u];
-    prefetch_stream_ahead(&unit, sizeof(unit));
+    prefetch_stream_ahead(&unit, sizeof(unit), stream_prefetch_bytes(kTokens));
     _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
-      const auto a = [&](std::size_t t) -> const BlockQ8Act& {
-        return x[t * x_stride + 2 * u + h];
-      };
-      L::Int dot[kTokens];
-      if constexpr (std::is_same_v<Block, BlockQ8_0>) {
-        _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) dot[t] =
-            L::splat32(offset_start(a(t).bias, kPanelOffset<Block>));
-        dot_runs<kPanelMax<Block>, 8>(dot, [&](std::size_t k, std::size_t t, L::Int& q, L::Int& s) {
-          q = L::load_int(unit.qs[h][k]);
-          s = broadcast_group(a(t), k);
-          if constexpr (kSignedPanel<Block>) {
-            const L::Int signed_q = L::bit_xor(q, L::splat8(0x80));
-            q = L::abs8(signed_q);
-            s = L::sign8(s, signed_q);
-          }
-        });
-      } else {
-        L::Int q[4];
-        _Pragma("GCC unroll 4") for (std::size_t k = 0; k < 4; ++k) q[k] =
-            L::load_int(unit.qs[h][k]);
-        // [low nibbles of every token, then high], raw nibbles on every ISA: Q4_0's offset of 8
-        // is the low start.
-        L::Int chains[2 * kTokens];
-        _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) {
-          chains[t] = L::splat32(offset_start(a(t).bias, std::is_same_v<Block, BlockQ4_0> ? 8 : 0));
-          chains[kTokens + t] = L::zero_int();
-        }
-        dot_runs<kPanelMax<Block>, 4>(
-            chains, [&](std::size_t k, std::size_t c, L::Int& v, L::Int& s) {
-              const std::size_t high = c / kTokens;
-              v = high == 0 ? L::bit_and(q[k], L::splat8(0x0f)) : high_nibbles(q[k]);
-              s = broadcast_group(a(c % kTokens), k + 4 * high);
-            });
-        _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) dot[t] =
-            L::add32(chains[t], high_nibble_dot(chains[kTokens + t]));
-      }
-      const L::Float d = L::load(unit.d[h]);
-      _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t) {
-        acc[t] = L::fma(L::to_float(dot[t]), L::mul(d, L::splat(a(t).d)), acc[t]);
-        if constexpr (std::is_same_v<Block, BlockQ4_1>)
-          acc[t] = L::fma(L::load(unit.m[h]), L::splat(a(t).d_sum), acc[t]);
-      }
+      accumulate_half_unit<kFirstTile>(unit, h, x + 2 * u + h, x_stride, acc);
+      if constexpr (kFirstTile < kTokens)
+        accumulate_half_unit<kTokens - kFirstTile>(unit, h, x + kFirstTile * x_stride + 2 * u + h,
+                                                   x_stride, acc + kFirstTile);
     }
   }
-  _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kTokens; ++t)
+  _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t)
       L::store(out + t * out_stride, acc[t]);
 }
 
@@ -571,7 +594,7 @@ inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, 
           for (std::size_t t = 0; t < n_tokens; ++t)
             decode_group16(w + (r / 16) * units, x + t * blocks, units, y + t * rows + r);
         } else {
-          for_token_tiles<kDecodeTokens<Block>>(n_tokens, [&](auto k_tokens, std::size_t t) {
+          for_token_tiles<kDecodePassTokens<Block>>(n_tokens, [&](auto k_tokens, std::size_t t) {
             decode_group16_tokens<k_tokens()>(w + (r / 16) * units, x + t * blocks, blocks, units,
                                               y + t * rows + r, rows);
           });
