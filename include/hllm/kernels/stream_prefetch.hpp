@@ -2,7 +2,8 @@
 // The software prefetch of a decode's weight stream, the same on every ISA (a prefetch changes
 // no result): the integer panel decodes (kernels/matmul_interleaved-inl.hpp), the F32/F16 panel
 // decode (kernels/matmul_float-inl.hpp) and the vdpbf16ps decode (kernels/gemm_bf16-inl.hpp)
-// call it as they read each unit or line.
+// call it as they read each unit or line, the integer panel GEMM (kernels/gemm_panels-inl.hpp)
+// once per K-chunk for the next one.
 
 #include <algorithm>
 #include <cstddef>
@@ -20,11 +21,10 @@ namespace hllm::kernels {
 // group's panels follow it; a prefetch never faults), so it is formed as an integer.
 inline constexpr std::size_t kStreamPrefetchBytes = 3072;
 // How far ahead a pass over the panels for `tokens` tokens asks (decode_group16_tokens): 2 KiB
-// per token, at least the one-token distance. A pass of 8 tokens with AVX-512 ran 1.3-1.6×
-// faster from DRAM asking 16 KiB ahead instead of 3 (a batched decode of 8 sequences 1.2-1.4×
-// with Q4_0 and Q4_1 on a Zen 5); 2 tokens asking 16 KiB ahead were slower than with 3 KiB in
-// the batched decode, and one token's decode of a whole model no faster with a longer distance
-// (docs/performance.md, small batches).
+// per token, at least the one-token distance. A pass of 8 tokens with AVX-512 ran 1.1-1.7×
+// faster from DRAM asking 16 KiB ahead instead of 3 on a Zen 5 (Q4_0, Q4_1, Q8_0); 2 tokens asking
+// 16 KiB ahead were slower than with 3 KiB in the batched decode, and one token's decode of a whole
+// model no faster with a longer distance (docs/performance.md, small batches).
 inline constexpr std::size_t stream_prefetch_bytes(std::size_t tokens) {
   return std::max(kStreamPrefetchBytes, 2048 * tokens);
 }
