@@ -246,15 +246,13 @@ inline constexpr std::size_t kDecodeTokens = std::is_same_v<Block, BlockQ4_0> ||
                                                      std::is_same_v<Block, BlockQ8_0>
                                                  ? (HLLM_ISA_LEVEL == 2 ? 4 : 2)
                                                  : 1;
-// Tokens per pass over a group's panel: with AVX-512's 32 registers the float accumulators of
-// every token of a small batch (up to 8) stay in registers while their chains run kDecodeTokens
-// at a time, so the panel streams from memory once for the whole batch (in two passes of 4, 8
-// tokens took 2.2× one token's time through a 32000×2048 Q8_0 matrix from DRAM; in one pass that
-// asks further ahead, 1.3×: docs/performance.md, small batches). AVX2's 16 registers hold the
-// accumulators of kDecodeTokens only.
+// Tokens per pass over a group's panel: twice kDecodeTokens, every token's float accumulator
+// held while their chains run kDecodeTokens at a time, so the panel streams from memory once for
+// up to 8 tokens with AVX-512 and 4 on AVX2 and AVX-VNNI (in two passes of 4, 8 tokens took 2.2×
+// one token's time through a 32000×2048 Q8_0 matrix from DRAM with AVX-512; in one pass that asks
+// further ahead, 1.3×; docs/performance.md, small batches).
 template <class Block>
-inline constexpr std::size_t kDecodePassTokens =
-    HLLM_ISA_LEVEL == 2 ? 2 * kDecodeTokens<Block> : kDecodeTokens<Block>;
+inline constexpr std::size_t kDecodePassTokens = 2 * kDecodeTokens<Block>;
 // Token counts below this run the decode kernel, the others the packed GEMM: with several tokens
 // per pass, decode is the faster up to 8 tokens, for which the GEMM's staging of each panel is
 // shared by too few (docs/performance.md, small batches).
