@@ -330,7 +330,7 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
                                   std::size_t x_stride, std::size_t units, float* out,
                                   std::size_t out_stride) {
   using L = Lanes16;
-  static_assert(kTokens <= 2 * kDecodeTokens<Block>, "at most two chain tiles");
+  static_assert(kTokens <= kDecodePassTokens<Block>, "at most two chain tiles");
   constexpr std::size_t kFirstTile = kTokens <= kDecodeTokens<Block> ? kTokens : (kTokens + 1) / 2;
   L::Float acc[kTokens];
   _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = L::zero();
