@@ -4,8 +4,8 @@
 // isa_kernels.hpp), after the row-major kernels it falls back on. No include guard, by design.
 //
 // The 16-row panels run on every vector ISA (the 16-lane primitives of simd/lanes16-inl.hpp):
-// decode and small batches (below kDecodeBelowTokens tokens) with decode_group16_tokens (Q4_0,
-// Q4_1, Q8_0) or decode_group16 (the K-quants), one row per lane, prefill with the packed GEMM,
+// decode and small batches (below kDecodeBelowTokens tokens) with decode_group16_tokens (Q6_K:
+// decode_group16, token by token), one row per lane, prefill with the packed GEMM,
 // whose panels load straight from them (Interleaved16Panels in gemm_panels-inl.hpp); both sum a
 // token's output block after block in one FMA chain, so a token gets the same bits from either
 // (batch invariance), and from either ISA. The 8-row groups (matrices whose rows are not a multiple
@@ -237,27 +237,31 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 #endif
 
 #if HLLM_ISA_LEVEL >= 1
-// Tokens whose integer chains run side by side in the decode of a group's panel: Q4_0, Q4_1 and
-// Q8_0 take as many as the registers hold (one load and unpack of each weight register serves
-// them all); the K-quants, whose chains fill the registers already, one.
+// Tokens whose integer chains run side by side in the decode of a group's panel: Q4_0, Q4_1,
+// Q8_0, Q4_K and Q5_K take as many as the registers hold (one load and unpack of each weight
+// register serves them all); Q6_K, whose slices' chains fill the registers already, one.
 template <class Block>
-inline constexpr std::size_t kDecodeTokens = std::is_same_v<Block, BlockQ4_0> ||
-                                                     std::is_same_v<Block, BlockQ4_1> ||
-                                                     std::is_same_v<Block, BlockQ8_0>
-                                                 ? (HLLM_ISA_LEVEL == 2 ? 4 : 2)
-                                                 : 1;
+inline constexpr std::size_t kDecodeTokens = std::is_same_v<Block, BlockQ6_K>
+                                                 ? 1
+                                                 : (HLLM_ISA_LEVEL == 2 ? 4 : 2);
 // Tokens per pass over a group's panel: twice kDecodeTokens, every token's float accumulator
 // held while their chains run kDecodeTokens at a time, so the panel streams from memory once for
 // up to 8 tokens with AVX-512 and 4 on AVX2 and AVX-VNNI (in two passes of 4, 8 tokens took 2.2×
 // one token's time through a 32000×2048 Q8_0 matrix from DRAM with AVX-512; in one pass that asks
-// further ahead, 1.3×; docs/performance.md, small batches).
+// further ahead, 1.3×; docs/performance.md, small batches). The K-quants on AVX2 and AVX-VNNI
+// take one tile: there a Q4_K or Q5_K pass of 4 tokens ran no faster than the GEMM, and 8 tokens
+// 1.2-1.8× slower (their chains and the unpacking spill the 16 registers).
 template <class Block>
-inline constexpr std::size_t kDecodePassTokens = 2 * kDecodeTokens<Block>;
-// Token counts below this run the decode kernel, the others the packed GEMM: with several tokens
-// per pass, decode is the faster up to 8 tokens, for which the GEMM's staging of each panel is
-// shared by too few (docs/performance.md, small batches).
+inline constexpr std::size_t kDecodePassTokens =
+    Interleaved16<Block>::kValues == kQK_K&& HLLM_ISA_LEVEL != 2 ? kDecodeTokens<Block>
+                                                                 : 2 * kDecodeTokens<Block>;
+// Token counts below this run the decode kernel, the others the packed GEMM: with a pass of 4
+// tokens or more, decode is the faster up to 8 tokens, for which the GEMM's staging of each panel
+// is shared by too few; with a pass of 2 (or a token at a time), up to 3 (docs/performance.md,
+// small batches).
 template <class Block>
-inline constexpr std::size_t kDecodeBelowTokens = kDecodeTokens<Block> == 1 ? kPackedMinTokens : 9;
+inline constexpr std::size_t kDecodeBelowTokens =
+    kDecodePassTokens<Block> >= 4 ? 9 : kPackedMinTokens;
 
 // One half h of a unit of Q4_0, Q4_1 or Q8_0 panels (one block column, 16 rows) against kChains
 // tokens, their integer chains side by side: acc[t] += the 16 rows' scaled dot with token t's
@@ -348,20 +352,66 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
       L::store(out + t * out_stride, acc[t]);
 }
 
-// Decode of one 16-row group of Q4_K or Q5_K panels against one token: out[0..16). Per pair of
-// sub-blocks, the low nibbles (sub-block 2p) and the high ones (2p + 1) run one chain each
-// against their activation blocks (high_nibbles for Q4_K; Q5_K's sub-blocks come from their
-// planes, q5_k_group). Then, sub-block by sub-block, its dot weighed by the 16 row scales
-// d·scale_j·d_x and its minimum term dmin·min_j·d_x·Σxq go into one accumulator, in the packed
-// GEMM's order (panel_tile), so decode and prefill give a token the same bits.
-template <class Unit>
-inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std::size_t supers,
-                                         float* out) {
+// One pair p of sub-blocks (2p, 2p + 1) of a Q4_K or Q5_K unit against kChains tokens, their
+// integer chains side by side: acc[t] += the 16 rows' sub-block dots with token t's activation
+// blocks a[t·x_stride + h] (h = 0, 1), weighed by the 16 row scales d·scale_h·d_x, minus the
+// minimum terms dmin·min_h·d_x·Σxq. The low nibbles (sub-block 2p) and the high ones (2p + 1) run
+// one chain each per token (high_nibbles for Q4_K; Q5_K's sub-blocks come from their planes,
+// q5_k_group), one load and unpack of a register serving every token. Then each token's two
+// sub-blocks go into its accumulator in the packed GEMM's order (panel_tile): a token's
+// operations are those of a token alone. The scales are loaded after the dots (before them, the
+// AVX2 one-token call spilled and ran 5-20% slower).
+template <std::size_t kChains, class Unit>
+[[gnu::always_inline]] inline void accumulate_pair(const typename Unit::Pair& pair,
+                                                   Lanes16::Float d, Lanes16::Float dmin,
+                                                   const BlockQ8Act* a, std::size_t x_stride,
+                                                   Lanes16::Float* acc) {
   using L = Lanes16;
   using Block = std::conditional_t<std::is_same_v<Unit, BlockQ5_Kx16>, BlockQ5_K, BlockQ4_K>;
   constexpr bool kPlanes = std::is_same_v<Block, BlockQ5_K>;
-  L::Float acc = L::zero();
-  const L::Int low4 = L::splat8(0x0f);
+  L::Int dots[2 * kChains];  // [sub-block 2p of every token, then 2p + 1]
+  _Pragma("GCC unroll 8") for (std::size_t c = 0; c < 2 * kChains; ++c) dots[c] = L::zero_int();
+  const auto operands = [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
+    const std::size_t h = c / kChains;
+    if constexpr (kPlanes) {
+      v = q5_k_group(pair.planes[h], k);
+    } else {
+      const L::Int q = L::load_int(pair.qs[k]);
+      v = h == 0 ? L::bit_and(q, L::splat8(0x0f)) : high_nibbles(q);
+    }
+    x_group = broadcast_group(a[(c % kChains) * x_stride + h], k);
+  };
+  dot_runs<kPanelMax<Block>, 8>(dots, operands);
+  if constexpr (!kPlanes)
+    _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) dots[kChains + t] =
+        high_nibble_dot(dots[kChains + t]);
+  _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
+    const L::Float scale = L::mul(L::load_u8(pair.scales[h]), d);
+    const L::Float minimum = L::mul(L::load_u8(pair.mins[h]), dmin);
+    _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) {
+      const BlockQ8Act& a_j = a[t * x_stride + h];
+      acc[t] = L::fma(L::to_float(dots[h * kChains + t]), L::mul(scale, L::splat(a_j.d)), acc[t]);
+      acc[t] = L::fnma(minimum, L::splat(a_j.d_sum), acc[t]);
+    }
+  }
+}
+
+// Decode of one 16-row group of Q4_K or Q5_K panels against kTokens ≤ kDecodePassTokens tokens
+// (x: kTokens rows of activation blocks, x_stride apart): out[t·out_stride + r] for rows r < 16,
+// row r in lane r. Pair by pair (accumulate_pair), past kDecodeTokens in two tiles of tokens over
+// the same pair while it is in L1, so the panel streams from memory once for all the tokens. Not
+// inlined: inlined into matmul_x16's loop over groups, the AVX2 one-token call ran 10% (Q4_K) and
+// 35% (Q5_K) slower on a matrix in L3 (docs/performance.md, small batches).
+template <std::size_t kTokens, class Unit>
+[[gnu::noinline]] inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x,
+                                                           std::size_t x_stride, std::size_t supers,
+                                                           float* out, std::size_t out_stride) {
+  using L = Lanes16;
+  using Block = std::conditional_t<std::is_same_v<Unit, BlockQ5_Kx16>, BlockQ5_K, BlockQ4_K>;
+  static_assert(kTokens <= kDecodePassTokens<Block>, "at most two chain tiles");
+  constexpr std::size_t kFirstTile = kTokens <= kDecodeTokens<Block> ? kTokens : (kTokens + 1) / 2;
+  L::Float acc[kTokens];
+  _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = L::zero();
   for (std::size_t s = 0; s < supers; ++s) {
     const Unit& unit = w[s];
     // Streams from DRAM stay fast only while the unit's lines are first touched in address
@@ -370,42 +420,29 @@ inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x, std
     // for as well, on every ISA: with AVX-512 that made these decodes 0-25% (Q4_K_M) and 10-22%
     // (Q5_K_M) faster on an Emerald Rapids Xeon, with AVX2 1.5-1.9× on a Zen 5, where the
     // hardware prefetcher alone streamed a Q5_K panel at 12 GB/s (docs/performance.md, "Zen 5").
-    prefetch_stream_ahead(&unit, sizeof(unit));
+    prefetch_stream_ahead(&unit, sizeof(unit), stream_prefetch_bytes(kTokens));
     const L::Float d = L::load(unit.d), dmin = L::load(unit.dmin);
     const BlockQ8Act* a = x + 8 * s;
     _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
-      const auto& pair = unit.pairs[p];
-      __builtin_prefetch(pair.scales);
-      L::Int dots[2] = {L::zero_int(), L::zero_int()};  // [sub-block 2p, 2p + 1]
-      const auto operands = [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
-        if constexpr (kPlanes) {
-          v = q5_k_group(pair.planes[c], k);
-        } else {
-          const L::Int q = L::load_int(pair.qs[k]);
-          v = c == 0 ? L::bit_and(q, low4) : high_nibbles(q);
-        }
-        x_group = broadcast_group(a[2 * p + c], k);
-      };
-      dot_runs<kPanelMax<Block>, 8>(dots, operands);
-      if constexpr (!kPlanes) dots[1] = high_nibble_dot(dots[1]);
-      _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
-        const BlockQ8Act& a_j = a[2 * p + h];
-        const L::Float scale = L::mul(L::load_u8(pair.scales[h]), d);
-        const L::Float minimum = L::mul(L::load_u8(pair.mins[h]), dmin);
-        acc = L::fma(L::to_float(dots[h]), L::mul(scale, L::splat(a_j.d)), acc);
-        acc = L::fnma(minimum, L::splat(a_j.d_sum), acc);
-      }
+      __builtin_prefetch(unit.pairs[p].scales);
+      accumulate_pair<kFirstTile, Unit>(unit.pairs[p], d, dmin, a + 2 * p, x_stride, acc);
+      if constexpr (kFirstTile < kTokens)
+        accumulate_pair<kTokens - kFirstTile, Unit>(
+            unit.pairs[p], d, dmin, a + kFirstTile * x_stride + 2 * p, x_stride, acc + kFirstTile);
     }
   }
-  L::store(out, acc);
+  _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t)
+      L::store(out + t * out_stride, acc[t]);
 }
-inline void decode_group16(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size_t supers,
-                           float* out) {
-  decode_group16_with_minimums(w, x, supers, out);
+template <std::size_t kTokens>
+inline void decode_group16_tokens(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size_t x_stride,
+                                  std::size_t supers, float* out, std::size_t out_stride) {
+  decode_group16_with_minimums<kTokens>(w, x, x_stride, supers, out, out_stride);
 }
-inline void decode_group16(const BlockQ5_Kx16* w, const BlockQ8Act* x, std::size_t supers,
-                           float* out) {
-  decode_group16_with_minimums(w, x, supers, out);
+template <std::size_t kTokens>
+inline void decode_group16_tokens(const BlockQ5_Kx16* w, const BlockQ8Act* x, std::size_t x_stride,
+                                  std::size_t supers, float* out, std::size_t out_stride) {
+  decode_group16_with_minimums<kTokens>(w, x, x_stride, supers, out, out_stride);
 }
 
 // Decode of one 16-row group of Q6_K panels against one token: out[0..16). Per half of a
@@ -588,7 +625,7 @@ inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, 
       // Group by group, every token: a group's panel is read from memory once.
       for (std::size_t g = 0; g < groups; ++g) {
         const std::size_t r = row_begin + 16 * g;
-        if constexpr (kDecodeTokens<Block> == 1) {  // the K-quants' one-token kernels
+        if constexpr (kDecodeTokens<Block> == 1) {  // Q6_K's one-token kernel
           for (std::size_t t = 0; t < n_tokens; ++t)
             decode_group16(w + (r / 16) * units, x + t * blocks, units, y + t * rows + r);
         } else {
