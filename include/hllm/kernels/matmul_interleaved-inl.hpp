@@ -4,16 +4,16 @@
 // isa_kernels.hpp), after the row-major kernels it falls back on. No include guard, by design.
 //
 // The 16-row panels run on every vector ISA (the 16-lane primitives of simd/lanes16-inl.hpp):
-// decode and small batches (below kDecodeBelowTokens tokens) with decode_group16_tokens (Q6_K:
-// decode_group16, token by token), one row per lane, prefill with the packed GEMM,
-// whose panels load straight from them (Interleaved16Panels in gemm_panels-inl.hpp); both sum a
-// token's output block after block in one FMA chain, so a token gets the same bits from either
-// (batch invariance), and from either ISA. The 8-row groups (matrices whose rows are not a multiple
-// of 16) run directly with AVX-512 VNNI only: every token count with decode_group8, which loads
-// each activation block once for 8 rows and their 8 scales with one load. Everything else (rows
-// outside whole groups; the scalar twin; the 8-row groups elsewhere, which a session may choose for
-// a model repacked for VNNI) copies each row's blocks out (block_at) and runs the row-major kernels
-// on it: the same integer arithmetic, slower.
+// decode and small batches (below kDecodeBelowTokens tokens) with decode_group16_tokens (one Q6_K
+// token, and every Q6_K token without AVX-512 VNNI: decode_group16), one row per lane, prefill
+// with the packed GEMM, whose panels load straight from them (Interleaved16Panels in
+// gemm_panels-inl.hpp); both sum a token's output block after block in one FMA chain, so a
+// token gets the same bits from either (batch invariance), and from either ISA. The 8-row groups
+// (matrices whose rows are not a multiple of 16) run directly with AVX-512 VNNI only: every token
+// count with decode_group8, which loads each activation block once for 8 rows and their 8 scales
+// with one load. Everything else (rows outside whole groups; the scalar twin; the 8-row groups
+// elsewhere, which a session may choose for a model repacked for VNNI) copies each row's blocks
+// out (block_at) and runs the row-major kernels on it: the same integer arithmetic, slower.
 
 #if HLLM_QUANT_VNNI && HLLM_ISA_LEVEL == 2
 // Lane l of register z holds part of row z·(16/lanes_per_row) + l/lanes_per_row.
@@ -237,13 +237,28 @@ inline void interleaved_activation_terms(const BlockQ8Act* x, std::size_t blocks
 #endif
 
 #if HLLM_ISA_LEVEL >= 1
-// Tokens whose integer chains run side by side in the decode of a group's panel: Q4_0, Q4_1,
-// Q8_0, Q4_K and Q5_K take as many as the registers hold (one load and unpack of each weight
-// register serves them all); Q6_K, whose slices' chains fill the registers already, one.
+// Tokens whose integer chains run side by side in the decode of a group's panel: as many as the
+// registers hold (one load and unpack of each weight register serves them all); Q6_K, whose
+// chains and slice unpacking fill the registers sooner, with AVX-512 VNNI only.
 template <class Block>
-inline constexpr std::size_t kDecodeTokens = std::is_same_v<Block, BlockQ6_K>
+inline constexpr std::size_t kDecodeTokens = std::is_same_v<Block, BlockQ6_K> &&
+                                                     (HLLM_ISA_LEVEL != 2 || kScaledRuns<BlockQ6_K>)
                                                  ? 1
                                                  : (HLLM_ISA_LEVEL == 2 ? 4 : 2);
+
+// The tiles of a pass over kTokens tokens, at most kTile each, their sizes as even as can be (5
+// of 4: 3 + 2): tile(std::integral_constant<std::size_t, size>, first token).
+template <std::size_t kTokens, std::size_t kTile, class Tile>
+[[gnu::always_inline]] inline void for_pass_tiles(Tile&& tile) {
+  constexpr std::size_t kTiles = (kTokens + kTile - 1) / kTile;
+  [&]<std::size_t... j>(std::index_sequence<j...>) {
+    (tile(std::integral_constant<std::size_t, ((j + 1) * kTokens + kTiles - 1) / kTiles -
+                                                  (j * kTokens + kTiles - 1) / kTiles>{},
+          (j * kTokens + kTiles - 1) / kTiles),
+     ...);
+  }
+  (std::make_index_sequence<kTiles>{});
+}
 // Tokens per pass over a group's panel: twice kDecodeTokens, every token's float accumulator
 // held while their chains run kDecodeTokens at a time, so the panel streams from memory once for
 // up to 8 tokens with AVX-512 and 4 on AVX2 and AVX-VNNI (in two passes of 4, 8 tokens took 2.2×
@@ -527,6 +542,121 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
   }
   L::store(out, acc);
 }
+
+// Slice i of a half of a Q6_K unit against kChains tokens (a: token 0's activation block of the
+// slice, token t's x_stride blocks on): dots[sub·kChains + t] = the 16 rows' exact integer dot of
+// sub-block 2i + sub with token t's values, started at its offset term as decode_group16's
+// (slice 3 with VNNI as 4·q, divided back). Each weight register is loaded and unpacked once for
+// every token.
+template <std::size_t kChains>
+[[gnu::always_inline]] inline void q6_k_slice_dots(const BlockQ6_Kx16::Half& half, std::size_t i,
+                                                   const BlockQ8Act* a, std::size_t x_stride,
+                                                   Lanes16::Int (&dots)[2 * kChains]) {
+  using L = Lanes16;
+  const bool times4 = i == 3 && kSlice3Times4;
+  const int offset = times4 ? 128 : 32;
+  _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) {
+    const BlockQ8Act& a_t = a[t * x_stride];
+    dots[t] = L::splat32(offset_start(a_t.bias_lo, offset));
+    dots[kChains + t] = L::splat32(offset_start(a_t.bias - a_t.bias_lo, offset));
+  }
+  dot_runs<kPanelMax<BlockQ6_K>, 4>(dots,
+                                    [&](std::size_t kk, std::size_t c, L::Int& v, L::Int& x_group) {
+                                      const std::size_t k = 4 * (c / kChains) + kk;
+                                      v = q6_k_slice_quants(half, k, i);
+                                      x_group = broadcast_group(a[(c % kChains) * x_stride], k);
+                                    });
+  if (times4)
+    _Pragma("GCC unroll 8") for (std::size_t c = 0; c < 2 * kChains; ++c) dots[c] =
+        L::sar32<2>(dots[c]);
+}
+
+// acc[t] += slice i's two sub-block dots (q6_k_slice_dots) weighed by d·scale·d_x, sub-block 0
+// first, as decode_group16 and the packed GEMM add them.
+template <std::size_t kChains>
+[[gnu::always_inline]] inline void q6_k_weigh_slice(const BlockQ6_Kx16::Half& half, std::size_t i,
+                                                    Lanes16::Float d,
+                                                    const Lanes16::Int (&dots)[2 * kChains],
+                                                    const BlockQ8Act* a, std::size_t x_stride,
+                                                    Lanes16::Float* acc) {
+  using L = Lanes16;
+  _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) {
+    const L::Float d_x = L::splat(a[t * x_stride].d);
+    _Pragma("GCC unroll 2") for (std::size_t sub = 0; sub < 2; ++sub) {
+      const L::Float scale = L::mul(d, L::load_s8(half.scales[2 * i + sub]));
+      acc[t] = L::fma(L::to_float(dots[sub * kChains + t]), L::mul(scale, d_x), acc[t]);
+    }
+  }
+}
+
+// One half of a Q6_K unit against a tile of kChains tokens: slice by slice, each slice's two
+// sub-blocks' chains for every token side by side; slice 3, which reads all three registers of
+// a group, first (so the half's lines are first touched in address order), its dots weighed
+// last, in the one-token order.
+template <std::size_t kChains>
+[[gnu::always_inline]] inline void accumulate_q6_k_half(const BlockQ6_Kx16::Half& tile_half,
+                                                        Lanes16::Float d, const BlockQ8Act* a,
+                                                        std::size_t x_stride, Lanes16::Float* acc) {
+  // The half's registers are loaded and unpacked again for each tile: hidden behind an empty asm,
+  // its address is not known to be the last tile's, whose unpacked values the compiler would
+  // otherwise keep, spilled, across tiles.
+  const BlockQ6_Kx16::Half* half_p = &tile_half;
+  asm("" : "+r"(half_p));
+  const BlockQ6_Kx16::Half& half = *half_p;
+  Lanes16::Int last[2 * kChains], dots[2 * kChains];
+  q6_k_slice_dots<kChains>(half, 3, a + 3, x_stride, last);
+  _Pragma("GCC unroll 3") for (std::size_t i = 0; i < 3; ++i) {
+    q6_k_slice_dots<kChains>(half, i, a + i, x_stride, dots);
+    q6_k_weigh_slice<kChains>(half, i, d, dots, a + i, x_stride, acc);
+  }
+  q6_k_weigh_slice<kChains>(half, 3, d, last, a + 3, x_stride, acc);
+}
+
+// Decode of one 16-row group of Q6_K panels against 2 ≤ kTokens ≤ kDecodePassTokens tokens
+// (AVX-512 VNNI; x and out as decode_group16_with_minimums'), in two tiles of tokens over each
+// half while it is in L1. One token keeps decode_group16, whose four slices' chains side by side
+// hide the dot's latency where one slice's two chains would not.
+template <std::size_t kTokens>
+[[gnu::noinline]] inline void decode_group16_q6_k_tokens(const BlockQ6_Kx16* w, const BlockQ8Act* x,
+                                                         std::size_t x_stride, std::size_t supers,
+                                                         float* out, std::size_t out_stride) {
+  using L = Lanes16;
+  static_assert(kTokens >= 2 && kTokens <= kDecodePassTokens<BlockQ6_K>);
+  // Up to kDecodeTokens tokens in one tile; more in tiles of half that: in two tiles of 4, 8
+  // tokens spilled registers and took 4.5 ms through a 32000×2048 matrix from DRAM, in four of
+  // 2, 3.9 ms (one tile of 4: 1.8-2.0 ms; in two of 2, 2.0-2.1).
+  constexpr std::size_t kTile =
+      kTokens <= kDecodeTokens<BlockQ6_K> ? kTokens : kDecodeTokens<BlockQ6_K> / 2;
+  L::Float acc[kTokens];
+  _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = L::zero();
+  for (std::size_t s = 0; s < supers; ++s) {
+    const BlockQ6_Kx16& unit = w[s];
+    const L::Float d = L::load(unit.d);
+    prefetch_stream_ahead(&unit, sizeof(unit), stream_prefetch_bytes(kTokens));
+    _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
+      const BlockQ6_Kx16::Half& half = unit.halves[h];
+      __builtin_prefetch(half.scales[0]);  // read after the quants: asked for first
+      __builtin_prefetch(half.scales[4]);
+      const BlockQ8Act* a = x + 8 * s + 4 * h;
+      for_pass_tiles<kTokens, kTile>([&](auto size,
+                                         std::size_t first) __attribute__((always_inline)) {
+        accumulate_q6_k_half<size()>(half, d, a + first * x_stride, x_stride, acc + first);
+      });
+    }
+  }
+  _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t)
+      L::store(out + t * out_stride, acc[t]);
+}
+template <std::size_t kTokens>
+inline void decode_group16_tokens(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size_t x_stride,
+                                  std::size_t supers, float* out, std::size_t out_stride) {
+  if constexpr (kTokens == 1 || kDecodeTokens<BlockQ6_K> == 1) {
+    for (std::size_t t = 0; t < kTokens; ++t)
+      decode_group16(w, x + t * x_stride, supers, out + t * out_stride);
+  } else {
+    decode_group16_q6_k_tokens<kTokens>(w, x, x_stride, supers, out, out_stride);
+  }
+}
 #endif
 
 // The row-major kernel of the file type (the fallback's).
@@ -625,15 +755,10 @@ inline void matmul_x16(const void* weights, std::size_t rows, std::size_t cols, 
       // Group by group, every token: a group's panel is read from memory once.
       for (std::size_t g = 0; g < groups; ++g) {
         const std::size_t r = row_begin + 16 * g;
-        if constexpr (kDecodeTokens<Block> == 1) {  // Q6_K's one-token kernel
-          for (std::size_t t = 0; t < n_tokens; ++t)
-            decode_group16(w + (r / 16) * units, x + t * blocks, units, y + t * rows + r);
-        } else {
-          for_token_tiles<kDecodePassTokens<Block>>(n_tokens, [&](auto k_tokens, std::size_t t) {
-            decode_group16_tokens<k_tokens()>(w + (r / 16) * units, x + t * blocks, blocks, units,
-                                              y + t * rows + r, rows);
-          });
-        }
+        for_token_tiles<kDecodePassTokens<Block>>(n_tokens, [&](auto k_tokens, std::size_t t) {
+          decode_group16_tokens<k_tokens()>(w + (r / 16) * units, x + t * blocks, blocks, units,
+                                            y + t * rows + r, rows);
+        });
       }
     }
     row_begin += 16 * groups;
