@@ -2,7 +2,7 @@
 // weight panels, written once against the 16-lane primitives (simd/lanes16-inl.hpp) and compiled
 // for AVX2, AVX-VNNI, AVX-512 and AVX-512 VNNI. Included by isa_kernels.hpp before
 // matmul_interleaved-inl.hpp, which calls it on the load-time 16-row panels (Interleaved16) for
-// batches of kPackedMinTokens tokens or more. No include guard, by design.
+// batches of kDecodeBelowTokens tokens or more. No include guard, by design.
 //
 // Why a packed panel: an integer dot (vpdpbusd, or vpmaddubsw + vpmaddwd) multiplies the
 // unsigned bytes of its first operand by the signed bytes of its second and sums each group of
@@ -32,7 +32,6 @@
 inline constexpr std::size_t kPanelRows = 16;    // one int32 lane per row
 inline constexpr std::size_t kPanelBlocks = 32;  // K-chunk: 1024 weights per row per panel
 inline constexpr std::size_t kTokenChunk = 256;  // activations of one chunk stay in L2
-inline constexpr std::size_t kPackedMinTokens = 4;
 
 // Formats whose values have an integer offset (value ∝ q − offset); Q4_1, Q4_K and Q5_K have a
 // float minimum instead.

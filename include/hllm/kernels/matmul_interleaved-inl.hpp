@@ -272,11 +272,11 @@ inline constexpr std::size_t kDecodePassTokens =
                                                                  : 2 * kDecodeTokens<Block>;
 // Token counts below this run the decode kernel, the others the packed GEMM: with a pass of 4
 // tokens or more, decode is the faster up to 8 tokens, for which the GEMM's staging of each panel
-// is shared by too few; with a pass of 2 (or a token at a time), up to 3 (docs/performance.md,
-// small batches).
+// is shared by too few; with a pass of 2 (or a token at a time), up to 4 (a batched decode of 4
+// sequences ran 14-45% faster than on the GEMM on AVX2 and AVX-VNNI, 8 level or slower;
+// docs/performance.md, small batches).
 template <class Block>
-inline constexpr std::size_t kDecodeBelowTokens =
-    kDecodePassTokens<Block> >= 4 ? 9 : kPackedMinTokens;
+inline constexpr std::size_t kDecodeBelowTokens = kDecodePassTokens<Block> >= 4 ? 9 : 5;
 
 // One half h of a unit of Q4_0, Q4_1 or Q8_0 panels (one block column, 16 rows) against kChains
 // tokens, their integer chains side by side: acc[t] += the 16 rows' scaled dot with token t's
