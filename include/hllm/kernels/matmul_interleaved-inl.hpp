@@ -268,8 +268,8 @@ template <std::size_t kTokens, std::size_t kTile, class Tile>
 // 1.2-1.8× slower (their chains and the unpacking spill the 16 registers).
 template <class Block>
 inline constexpr std::size_t kDecodePassTokens =
-    Interleaved16<Block>::kValues == kQK_K&& HLLM_ISA_LEVEL != 2 ? kDecodeTokens<Block>
-                                                                 : 2 * kDecodeTokens<Block>;
+    (Interleaved16<Block>::kValues == kQK_K) && HLLM_ISA_LEVEL != 2 ? kDecodeTokens<Block>
+                                                                    : 2 * kDecodeTokens<Block>;
 // Token counts below this run the decode kernel, the others the packed GEMM: with a pass of 4
 // tokens or more, decode is the faster up to 8 tokens, for which the GEMM's staging of each panel
 // is shared by too few; with a pass of 2 (or a token at a time), up to 4 (a batched decode of 4
@@ -376,13 +376,12 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
 // sub-blocks go into its accumulator in the packed GEMM's order (panel_tile): a token's
 // operations are those of a token alone. The scales are loaded after the dots (before them, the
 // AVX2 one-token call spilled and ran 5-20% slower).
-template <std::size_t kChains, class Unit>
-[[gnu::always_inline]] inline void accumulate_pair(const typename Unit::Pair& pair,
+template <std::size_t kChains, class Block>
+[[gnu::always_inline]] inline void accumulate_pair(const typename Interleaved16<Block>::Pair& pair,
                                                    Lanes16::Float d, Lanes16::Float dmin,
                                                    const BlockQ8Act* a, std::size_t x_stride,
                                                    Lanes16::Float* acc) {
   using L = Lanes16;
-  using Block = std::conditional_t<std::is_same_v<Unit, BlockQ5_Kx16>, BlockQ5_K, BlockQ4_K>;
   constexpr bool kPlanes = std::is_same_v<Block, BlockQ5_K>;
   L::Int dots[2 * kChains];  // [sub-block 2p of every token, then 2p + 1]
   _Pragma("GCC unroll 8") for (std::size_t c = 0; c < 2 * kChains; ++c) dots[c] = L::zero_int();
@@ -417,18 +416,18 @@ template <std::size_t kChains, class Unit>
 // the same pair while it is in L1, so the panel streams from memory once for all the tokens. Not
 // inlined: inlined into matmul_x16's loop over groups, the AVX2 one-token call ran 10% (Q4_K) and
 // 35% (Q5_K) slower on a matrix in L3 (docs/performance.md, small batches).
-template <std::size_t kTokens, class Unit>
-[[gnu::noinline]] inline void decode_group16_with_minimums(const Unit* w, const BlockQ8Act* x,
+template <std::size_t kTokens, class Block>
+[[gnu::noinline]] inline void decode_group16_with_minimums(const Interleaved16<Block>* w,
+                                                           const BlockQ8Act* x,
                                                            std::size_t x_stride, std::size_t supers,
                                                            float* out, std::size_t out_stride) {
   using L = Lanes16;
-  using Block = std::conditional_t<std::is_same_v<Unit, BlockQ5_Kx16>, BlockQ5_K, BlockQ4_K>;
   static_assert(kTokens <= kDecodePassTokens<Block>, "at most two chain tiles");
   constexpr std::size_t kFirstTile = kTokens <= kDecodeTokens<Block> ? kTokens : (kTokens + 1) / 2;
   L::Float acc[kTokens];
   _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = L::zero();
   for (std::size_t s = 0; s < supers; ++s) {
-    const Unit& unit = w[s];
+    const Interleaved16<Block>& unit = w[s];
     // Streams from DRAM stay fast only while the unit's lines are first touched in address
     // order (the hardware prefetcher loses a stream that jumps back): each pair's scale line is
     // asked for before its quants, which its dot reads first. The next units' lines are asked
@@ -440,9 +439,9 @@ template <std::size_t kTokens, class Unit>
     const BlockQ8Act* a = x + 8 * s;
     _Pragma("GCC unroll 4") for (std::size_t p = 0; p < 4; ++p) {
       __builtin_prefetch(unit.pairs[p].scales);
-      accumulate_pair<kFirstTile, Unit>(unit.pairs[p], d, dmin, a + 2 * p, x_stride, acc);
+      accumulate_pair<kFirstTile, Block>(unit.pairs[p], d, dmin, a + 2 * p, x_stride, acc);
       if constexpr (kFirstTile < kTokens)
-        accumulate_pair<kTokens - kFirstTile, Unit>(
+        accumulate_pair<kTokens - kFirstTile, Block>(
             unit.pairs[p], d, dmin, a + kFirstTile * x_stride + 2 * p, x_stride, acc + kFirstTile);
     }
   }
@@ -613,8 +612,8 @@ template <std::size_t kChains>
 }
 
 // Decode of one 16-row group of Q6_K panels against 2 ≤ kTokens ≤ kDecodePassTokens tokens
-// (AVX-512 VNNI; x and out as decode_group16_with_minimums'), in two tiles of tokens over each
-// half while it is in L1. One token keeps decode_group16, whose four slices' chains side by side
+// (AVX-512 VNNI; x and out as decode_group16_with_minimums'), in tiles of tokens over each half
+// while it is in L1 (kTile). One token keeps decode_group16, whose four slices' chains side by side
 // hide the dot's latency where one slice's two chains would not.
 template <std::size_t kTokens>
 [[gnu::noinline]] inline void decode_group16_q6_k_tokens(const BlockQ6_Kx16* w, const BlockQ8Act* x,
