@@ -510,6 +510,76 @@ void BM_LatentAttention(benchmark::State& state) {
 }
 BENCHMARK(BM_LatentAttention)->Args({4096, 8})->Args({4096, 16})->Unit(benchmark::kMicrosecond);
 
+// Which instructions compete with vpdpbusd for its execution pipes: 24 vpdpbusd on 24
+// independent accumulators per iteration, alone (mix 0) or beside 8 instructions of one kind
+// that a quantized kernel issues next to its dots (mix 1 vmulps, 2 vfmadd231ps, 3 vcvtdq2ps,
+// 4 vpandd, 5 vpbroadcastd from memory, 6 vpternlogd). An iteration that takes longer than the
+// dots alone means that kind shares their pipes: the bound the small-batch decodes' float
+// epilogue sets (docs/performance.md, "What the pipes allow"). Compare dots/s across mixes of
+// one run. AVX-512 VNNI only; the registers are named (inline assembly) so the loop is nothing
+// but the instructions measured.
+#if HLLM_X86
+// clang-format off
+#define HLLM_DOT(r) "vpdpbusd %%zmm31, %%zmm30, %%zmm" #r "\n\t"
+#define HLLM_DOTS4(a, b, c, d) HLLM_DOT(a) HLLM_DOT(b) HLLM_DOT(c) HLLM_DOT(d)
+#define HLLM_DOTS24 HLLM_DOTS4(0, 1, 2, 3) HLLM_DOTS4(4, 5, 6, 7) HLLM_DOTS4(8, 9, 10, 11) \
+  HLLM_DOTS4(12, 13, 14, 15) HLLM_DOTS4(16, 17, 18, 19) HLLM_DOTS4(20, 21, 22, 23)
+// clang-format on
+// Eight instructions of one kind on registers 24-27 (two each: their latency is hidden).
+#define HLLM_EIGHT(op) op(24) op(25) op(26) op(27) op(24) op(25) op(26) op(27)
+#define HLLM_MUL(r) "vmulps %%zmm29, %%zmm28, %%zmm" #r "\n\t"
+#define HLLM_FMA(r) "vfmadd231ps %%zmm29, %%zmm28, %%zmm" #r "\n\t"
+#define HLLM_CVT(r) "vcvtdq2ps %%zmm29, %%zmm" #r "\n\t"
+#define HLLM_AND(r) "vpandd %%zmm29, %%zmm28, %%zmm" #r "\n\t"
+#define HLLM_BCST(r) "vpbroadcastd (%[group]), %%zmm" #r "\n\t"
+#define HLLM_TERN(r) "vpternlogd $0xd8, %%zmm29, %%zmm28, %%zmm" #r "\n\t"
+#define HLLM_MIX_LOOP(extra)                                                                     \
+  for (std::size_t i = 0; i < iterations; ++i) {                                                 \
+    __asm__ volatile(HLLM_DOTS24 extra::[group] "r"(&group)                                      \
+                     : "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", \
+                       "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15",     \
+                       "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23",   \
+                       "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");  \
+  }
+__attribute__((target("avx512f,avx512vnni"), noinline)) void dot_mix_loop(int mix,
+                                                                          std::size_t iterations) {
+  alignas(64) static const std::int32_t group = 0x01020304;
+  switch (mix) {
+    case 0: HLLM_MIX_LOOP(""); break;
+    case 1: HLLM_MIX_LOOP(HLLM_EIGHT(HLLM_MUL)); break;
+    case 2: HLLM_MIX_LOOP(HLLM_EIGHT(HLLM_FMA)); break;
+    case 3: HLLM_MIX_LOOP(HLLM_EIGHT(HLLM_CVT)); break;
+    case 4: HLLM_MIX_LOOP(HLLM_EIGHT(HLLM_AND)); break;
+    case 5: HLLM_MIX_LOOP(HLLM_EIGHT(HLLM_BCST)); break;
+    default: HLLM_MIX_LOOP(HLLM_EIGHT(HLLM_TERN)); break;
+  }
+}
+#undef HLLM_MIX_LOOP
+#undef HLLM_TERN
+#undef HLLM_BCST
+#undef HLLM_AND
+#undef HLLM_CVT
+#undef HLLM_FMA
+#undef HLLM_MUL
+#undef HLLM_EIGHT
+#undef HLLM_DOTS24
+#undef HLLM_DOTS4
+#undef HLLM_DOT
+
+void BM_DotIssue(benchmark::State& state) {
+  const auto& cpu = hllm::cpu_features();
+  if (!cpu.avx512f || !cpu.avx512_vnni) {
+    state.SkipWithError("needs AVX-512 VNNI");
+    return;
+  }
+  constexpr std::size_t kIterations = 1 << 16;
+  for (auto _ : state) dot_mix_loop(static_cast<int>(state.range(0)), kIterations);
+  state.counters["dots/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * kIterations * 24), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DotIssue)->ArgName("mix")->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
+#endif
+
 // One decode step of a small whole model (dim 512, 4 layers): the composition overhead.
 void BM_ModelDecode(benchmark::State& state) {
   hllm::ModelConfig c;
