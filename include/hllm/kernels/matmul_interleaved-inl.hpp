@@ -277,6 +277,17 @@ inline constexpr std::size_t kDecodePassTokens =
 // docs/performance.md, small batches).
 template <class Block>
 inline constexpr std::size_t kDecodeBelowTokens = kDecodePassTokens<Block> >= 4 ? 9 : 5;
+// Tokens whose chains run side by side over a Q4_K or Q5_K sub-block pair
+// (decode_group16_with_minimums), a pass of more taking two tiles: kDecodeTokens, but Q5_K with
+// AVX-512 VNNI takes its whole pass in one tile, so its five-bit planes are gathered once per pair
+// instead of twice, which saves more than the spills of its 16 chains cost (8 tokens through a
+// 32000×2048 matrix from DRAM 2358-2479 → 2051-2164 µs; Q4_K, whose nibbles take one AND, ran
+// 1-4% slower in one tile; docs/performance.md, small batches).
+template <class Block>
+inline constexpr std::size_t kPairTileTokens =
+    std::is_same_v<Block, BlockQ5_K>&& HLLM_ISA_LEVEL == 2 && kWideUnsigned
+        ? kDecodePassTokens<Block>
+        : kDecodeTokens<Block>;
 
 // One half h of a unit of Q4_0, Q4_1 or Q8_0 panels (one block column, 16 rows) against kChains
 // tokens, their integer chains side by side: acc[t] += the 16 rows' scaled dot with token t's
@@ -384,7 +395,7 @@ template <std::size_t kChains, class Block>
   using L = Lanes16;
   constexpr bool kPlanes = std::is_same_v<Block, BlockQ5_K>;
   L::Int dots[2 * kChains];  // [sub-block 2p of every token, then 2p + 1]
-  _Pragma("GCC unroll 8") for (std::size_t c = 0; c < 2 * kChains; ++c) dots[c] = L::zero_int();
+  _Pragma("GCC unroll 16") for (std::size_t c = 0; c < 2 * kChains; ++c) dots[c] = L::zero_int();
   const auto operands = [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
     const std::size_t h = c / kChains;
     if constexpr (kPlanes) {
@@ -397,12 +408,12 @@ template <std::size_t kChains, class Block>
   };
   dot_runs<kPanelMax<Block>, 8>(dots, operands);
   if constexpr (!kPlanes)
-    _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) dots[kChains + t] =
+    _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kChains; ++t) dots[kChains + t] =
         high_nibble_dot(dots[kChains + t]);
   _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
     const L::Float scale = L::mul(L::load_u8(pair.scales[h]), d);
     const L::Float minimum = L::mul(L::load_u8(pair.mins[h]), dmin);
-    _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) {
+    _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kChains; ++t) {
       const BlockQ8Act& a_j = a[t * x_stride + h];
       acc[t] = L::fma(L::to_float(dots[h * kChains + t]), L::mul(scale, L::splat(a_j.d)), acc[t]);
       acc[t] = L::fnma(minimum, L::splat(a_j.d_sum), acc[t]);
@@ -412,7 +423,7 @@ template <std::size_t kChains, class Block>
 
 // Decode of one 16-row group of Q4_K or Q5_K panels against kTokens ≤ kDecodePassTokens tokens
 // (x: kTokens rows of activation blocks, x_stride apart): out[t·out_stride + r] for rows r < 16,
-// row r in lane r. Pair by pair (accumulate_pair), past kDecodeTokens in two tiles of tokens over
+// row r in lane r. Pair by pair (accumulate_pair), past kPairTileTokens in two tiles of tokens over
 // the same pair while it is in L1, so the panel streams from memory once for all the tokens. Not
 // inlined: inlined into matmul_x16's loop over groups, the AVX2 one-token call ran 10% (Q4_K) and
 // 35% (Q5_K) slower on a matrix in L3 (docs/performance.md, small batches).
@@ -423,7 +434,8 @@ template <std::size_t kTokens, class Block>
                                                            float* out, std::size_t out_stride) {
   using L = Lanes16;
   static_assert(kTokens <= kDecodePassTokens<Block>, "at most two chain tiles");
-  constexpr std::size_t kFirstTile = kTokens <= kDecodeTokens<Block> ? kTokens : (kTokens + 1) / 2;
+  constexpr std::size_t kFirstTile =
+      kTokens <= kPairTileTokens<Block> ? kTokens : (kTokens + 1) / 2;
   L::Float acc[kTokens];
   _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = L::zero();
   for (std::size_t s = 0; s < supers; ++s) {

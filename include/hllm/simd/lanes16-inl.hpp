@@ -310,7 +310,7 @@ inline void dot_runs(Int (&acc)[kChains], Operands operands, RunWeight run_weigh
     static_assert(std::is_same_v<RunWeight, OneRunWeight<L>>,
                   "only runs of int16 pairs are weighed");
     _Pragma("GCC unroll 8") for (std::size_t k = 0; k < kGroups; ++k)
-        _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
+        _Pragma("GCC unroll 16") for (std::size_t c = 0; c < kChains; ++c) {
       operands(k, c, u, s);
       acc[c] = L::dot(acc[c], u, s);
       if constexpr (!HLLM_QUANT_VNNI) L::keep_order(acc[c]);
