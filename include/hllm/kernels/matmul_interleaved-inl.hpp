@@ -460,14 +460,11 @@ template <std::size_t kTokens, class Block>
   _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t)
       L::store(out + t * out_stride, acc[t]);
 }
-template <std::size_t kTokens>
-inline void decode_group16_tokens(const BlockQ4_Kx16* w, const BlockQ8Act* x, std::size_t x_stride,
-                                  std::size_t supers, float* out, std::size_t out_stride) {
-  decode_group16_with_minimums<kTokens>(w, x, x_stride, supers, out, out_stride);
-}
-template <std::size_t kTokens>
-inline void decode_group16_tokens(const BlockQ5_Kx16* w, const BlockQ8Act* x, std::size_t x_stride,
-                                  std::size_t supers, float* out, std::size_t out_stride) {
+template <std::size_t kTokens, class Block>
+requires std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>
+inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Act* x,
+                                  std::size_t x_stride, std::size_t supers, float* out,
+                                  std::size_t out_stride) {
   decode_group16_with_minimums<kTokens>(w, x, x_stride, supers, out, out_stride);
 }
 
