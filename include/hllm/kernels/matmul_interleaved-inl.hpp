@@ -284,10 +284,10 @@ inline constexpr std::size_t kDecodeBelowTokens = kDecodePassTokens<Block> >= 4 
 // 32000×2048 matrix from DRAM 2358-2479 → 2051-2164 µs; Q4_K, whose nibbles take one AND, ran
 // 1-4% slower in one tile; docs/performance.md, small batches).
 template <class Block>
-inline constexpr std::size_t kPairTileTokens =
-    std::is_same_v<Block, BlockQ5_K>&& HLLM_ISA_LEVEL == 2 && kWideUnsigned
-        ? kDecodePassTokens<Block>
-        : kDecodeTokens<Block>;
+inline constexpr std::size_t kPairTileTokens = (std::is_same_v<Block, BlockQ5_K> &&
+                                                HLLM_ISA_LEVEL == 2 && kWideUnsigned)
+                                                   ? kDecodePassTokens<Block>
+                                                   : kDecodeTokens<Block>;
 
 // One half h of a unit of Q4_0, Q4_1 or Q8_0 panels (one block column, 16 rows) against kChains
 // tokens, their integer chains side by side: acc[t] += the 16 rows' scaled dot with token t's
