@@ -663,9 +663,9 @@ void check_quant_matmul(Isa isa, hllm::DType type, std::size_t rows, std::size_t
   for (std::size_t b = 0; b < xq.size(); ++b) {
     ASSERT_EQ(xq[b].d, xq_scalar[b].d);
     ASSERT_EQ(xq[b].sum, xq_scalar[b].sum);
-    ASSERT_EQ(xq[b].sum_lo, xq_scalar[b].sum_lo);
     ASSERT_EQ(xq[b].bias, xq_scalar[b].bias);
     ASSERT_EQ(xq[b].bias_lo, xq_scalar[b].bias_lo);
+    ASSERT_EQ(xq[b].bias_hi, xq_scalar[b].bias_hi);
     ASSERT_EQ(xq[b].d_sum, xq_scalar[b].d_sum);
     ASSERT_EQ(xq[b].neg_half_sums, xq_scalar[b].neg_half_sums);
     ASSERT_EQ(0, std::memcmp(xq[b].qs, xq_scalar[b].qs, 32));

@@ -607,11 +607,11 @@ inline void interleave_rows16(const Block* w, std::size_t rows, std::size_t bloc
 
 // Activations quantized on the fly for the integer dot products of quantized weights: 32 values
 // x[i] ≈ d * qs[i], with d = max|x| / 127 and qs rounded to nearest (ties to even), plus
-// sum = Σ qs[i] for the weight formats whose values carry an offset or a minimum, and
-// sum_lo = Σ qs[0..15] for Q6_K, whose scales and offsets cover 16 values. (Not a file format:
-// d stays float32, unlike ggml's f16, because nothing is saved.)
+// sum = Σ qs[i] for the weight formats whose values carry an offset or a minimum. (Not a file
+// format: d stays float32, unlike ggml's f16, because nothing is saved.)
 //
-// bias = −128·sum and bias_lo = −128·sum_lo are the starting values of the panel kernels' integer
+// bias = −128·sum, and for Q6_K, whose scales and offsets cover 16 values, bias_lo = −128·Σ
+// qs[0..15] and bias_hi = −128·Σ qs[16..31], are the starting values of the panel kernels' integer
 // dot products (gemm_panels-inl.hpp), whose unsigned weight operands carry an offset of 128 with
 // VNNI: Σ (u − 128)·q = −128·Σq + Σ u·q (and a power of two dividing 128 without it); d_sum = d·sum
 // weighs a Q4_K/Q5_K slice's minimum there. They are stored so the hot loop reads each with a plain
@@ -621,19 +621,19 @@ inline void interleave_rows16(const Block* w, std::size_t rows, std::size_t bloc
 struct BlockQ8Act {
   float d;
   std::int32_t sum;
-  std::int32_t sum_lo;
   std::int32_t bias;
   std::int32_t bias_lo;
+  std::int32_t bias_hi;
   float d_sum;
-  std::uint32_t neg_half_sums;  // int16 pair: −sum_lo (low bits), −(sum − sum_lo) (high bits)
+  std::uint32_t neg_half_sums;  // int16 pair: −Σ qs[0..15] (low bits), −Σ qs[16..31] (high bits)
   std::int8_t qs[32];
 
   // Sets the sums and what is derived from them (d must be set first).
   void set_sums(std::int32_t all, std::int32_t first_half) noexcept {
     sum = all;
-    sum_lo = first_half;
     bias = -128 * all;
     bias_lo = -128 * first_half;
+    bias_hi = bias - bias_lo;
     d_sum = d * static_cast<float>(all);
     // |sums| ≤ 16·127: each fits an int16.
     neg_half_sums = static_cast<std::uint16_t>(-first_half) |

@@ -207,6 +207,19 @@ inline void q6_k_panel_quants(const BlockQ6_Kx16::Half& half, std::size_t k, Lan
   _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) q[i] = q6_k_slice_quants(half, k, i);
 }
 
+// acc + d_x·(dot_lo·scale_lo + dot_hi·scale_hi): a Q6_K slice's two 16-value sub-block dots (exact
+// int32, or 4× that with scales a quarter) weighed by d·scale each and the activation block's
+// d_x once, in this order wherever a Q6_K slice with two chains is added (the packed GEMM, the
+// decodes), so a token's result does not depend on the path. One multiply fewer per slice and
+// token than weighing each dot by scale·d_x.
+template <class Int, class Float>
+[[gnu::always_inline]] inline Float q6_k_weigh_slice(Int dot_lo, Float scale_lo, Int dot_hi,
+                                                     Float scale_hi, float d_x, Float acc) {
+  using L = LanesOf<Int>;
+  const Float sum = L::fma(L::to_float(dot_hi), scale_hi, L::mul(L::to_float(dot_lo), scale_lo));
+  return L::fma(sum, L::splat(d_x), acc);
+}
+
 // y[j][0..16) (+)= panel · x[j] for kTokens tokens over the panel's n blocks. x: token j's
 // blocks at x + j·x_stride; y: token j's 16 outputs at y + j·y_stride. accumulate: add to y
 // (a later K-chunk continues the sum the earlier one stored, in the same order). The rows are
@@ -245,8 +258,7 @@ inline void panel_tile(const PanelBlock<Block>* panel, std::size_t n, const Bloc
           typename L::Int dot[2 * kChains];  // [half][chain]
           _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
             dot[c] = L::splat32(offset_start(a[c]->bias_lo, kPanelOffset<Block>));
-            dot[kChains + c] =
-                L::splat32(offset_start(a[c]->bias - a[c]->bias_lo, kPanelOffset<Block>));
+            dot[kChains + c] = L::splat32(offset_start(a[c]->bias_hi, kPanelOffset<Block>));
           }
           dot_runs<kPanelMax<Block>, 4>(
               dot, [&](std::size_t k, std::size_t i, typename L::Int& u, typename L::Int& s) {
@@ -254,13 +266,9 @@ inline void panel_tile(const PanelBlock<Block>* panel, std::size_t n, const Bloc
                 u = values(k + 4 * half);
                 s = broadcast_group<L>(*a[c], k + 4 * half);
               });
-          _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {
-            const typename L::Float d = L::splat(a[c]->d);
-            acc[j0 + c] =
-                L::fma(L::to_float(dot[c]), L::mul(part_of<L>(p.scales, part), d), acc[j0 + c]);
-            acc[j0 + c] = L::fma(L::to_float(dot[kChains + c]),
-                                 L::mul(part_of<L>(p.scales_hi, part), d), acc[j0 + c]);
-          }
+          _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) acc[j0 + c] =
+              q6_k_weigh_slice(dot[c], part_of<L>(p.scales, part), dot[kChains + c],
+                               part_of<L>(p.scales_hi, part), a[c]->d, acc[j0 + c]);
         } else {
           typename L::Int dot[kChains];
           _Pragma("GCC unroll 8") for (std::size_t c = 0; c < kChains; ++c) {

@@ -186,10 +186,11 @@ inline void decode_group8(const BlockQ6_Kx8* w, const BlockQ8Act* x, std::size_t
         const __m512 sc = _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.scales[j]))));
         scale[i] = _mm512_mul_ps(_mm512_mul_ps(sc, wd2), _mm512_set1_ps(xd[8 * s + j]));
-        // Lanes 0, 8: −32·Σ of values 0..15; lanes 4, 12: of values 16..31; others 0.
+        // Lanes 0, 8: −32·Σ of values 0..15 (bias_lo / 4, exact: a multiple of 128); lanes 4, 12:
+        // of values 16..31; others 0.
         start[i] = _mm512_maskz_mov_epi32(
-            0x1111, _mm512_mask_blend_epi32(0xf0f0, _mm512_set1_epi32(-32 * a.sum_lo),
-                                            _mm512_set1_epi32(-32 * (a.sum - a.sum_lo))));
+            0x1111, _mm512_mask_blend_epi32(0xf0f0, _mm512_set1_epi32(a.bias_lo >> 2),
+                                            _mm512_set1_epi32(a.bias_hi >> 2)));
         xq[i] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)));
       }
       _Pragma("GCC unroll 4") for (std::size_t z = 0; z < kRegs; ++z) {
@@ -246,19 +247,6 @@ inline constexpr std::size_t kDecodeTokens = std::is_same_v<Block, BlockQ6_K> &&
                                                  ? 1
                                                  : (HLLM_ISA_LEVEL == 2 ? 4 : 2);
 
-// The tiles of a pass over kTokens tokens, at most kTile each, their sizes as even as can be (5
-// of 4: 3 + 2): tile(std::integral_constant<std::size_t, size>, first token).
-template <std::size_t kTokens, std::size_t kTile, class Tile>
-[[gnu::always_inline]] inline void for_pass_tiles(Tile&& tile) {
-  constexpr std::size_t kTiles = (kTokens + kTile - 1) / kTile;
-  [&]<std::size_t... j>(std::index_sequence<j...>) {
-    (tile(std::integral_constant<std::size_t, ((j + 1) * kTokens + kTiles - 1) / kTiles -
-                                                  (j * kTokens + kTiles - 1) / kTiles>{},
-          (j * kTokens + kTiles - 1) / kTiles),
-     ...);
-  }
-  (std::make_index_sequence<kTiles>{});
-}
 // Tokens per pass over a group's panel: twice kDecodeTokens, every token's float accumulator
 // held while their chains run kDecodeTokens at a time, so the panel streams from memory once for
 // up to 8 tokens with AVX-512 and 4 on AVX2 and AVX-VNNI (in two passes of 4, 8 tokens took 2.2×
@@ -471,9 +459,9 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
 // Decode of one 16-row group of Q6_K panels against one token: out[0..16). Per half of a
 // super-block, each slice's two 16-value sub-blocks run one chain each (groups 0..3 and 4..7),
 // started at their offset term −32·Σx (slice 3, whose values come as 4·q with VNNI: −128·Σx, the
-// activation block's bias_lo and bias − bias_lo, its dots divided by 4 at the end, exactly).
-// Then each sub-block's dot, weighed by d·scale·d_x, goes into one accumulator, slice after
-// slice and low half before high, in the packed GEMM's order (panel_tile). With the emulated dot
+// activation block's bias_lo and bias_hi, its dots divided by 4 at the end, exactly). Then each
+// slice's two dots, weighed by d·scale each and d_x once (q6_k_weigh_slice), go into one
+// accumulator, slice after slice, in the packed GEMM's order (panel_tile). With the emulated dot
 // (kScaledRuns) a slice's two sub-blocks share one chain instead, started at the slice's offset
 // term, their runs weighed by their scales, and the slice's dot weighed by d·d_x. The integer dots
 // are exact, so they may run in any grouping: sub-block by sub-block, so the half's registers are
@@ -517,8 +505,7 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
                                  q6_k_run_offsets(half.scales[2 * i], half.scales[2 * i + 1]), a[i])
                            : dot[i];
           else
-            chain[c] = L::splat32(
-                offset_start(sub == 0 ? a[i].bias_lo : a[i].bias - a[i].bias_lo, offset));
+            chain[c] = L::splat32(offset_start(sub == 0 ? a[i].bias_lo : a[i].bias_hi, offset));
         }
         const auto operands = [&](std::size_t kk, std::size_t c, L::Int& v, L::Int& x_group) {
           const std::size_t i = kQ6kSliceOrder[p + c], k = 4 * sub + kk;
@@ -535,15 +522,14 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
             dot[slot(kQ6kSliceOrder[p + c], sub)] = chain[c];
       }
       _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; ++i) {
-        const L::Float d_x = L::splat(a[i].d);
         if constexpr (kScaled) {
-          acc = L::fma(L::to_float(dot[i]), L::mul(d, d_x), acc);
+          acc = L::fma(L::to_float(dot[i]), L::mul(d, L::splat(a[i].d)), acc);
         } else {
-          _Pragma("GCC unroll 2") for (std::size_t sub = 0; sub < 2; ++sub) {
-            const L::Int exact = times4(i) ? L::sar32<2>(dot[2 * i + sub]) : dot[2 * i + sub];
-            const L::Float scale = L::mul(d, L::load_s8(half.scales[2 * i + sub]));
-            acc = L::fma(L::to_float(exact), L::mul(scale, d_x), acc);
-          }
+          const auto exact = [&](std::size_t sub) {
+            return times4(i) ? L::sar32<2>(dot[2 * i + sub]) : dot[2 * i + sub];
+          };
+          acc = q6_k_weigh_slice(exact(0), L::mul(d, L::load_s8(half.scales[2 * i])), exact(1),
+                                 L::mul(d, L::load_s8(half.scales[2 * i + 1])), a[i].d, acc);
         }
       }
     }
@@ -551,105 +537,79 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
   L::store(out, acc);
 }
 
-// Slice i of a half of a Q6_K unit against kChains tokens (a: token 0's activation block of the
-// slice, token t's x_stride blocks on): dots[sub·kChains + t] = the 16 rows' exact integer dot of
-// sub-block 2i + sub with token t's values, started at its offset term as decode_group16's
-// (slice 3 with VNNI as 4·q, divided back). Each weight register is loaded and unpacked once for
-// every token.
-template <std::size_t kChains>
-[[gnu::always_inline]] inline void q6_k_slice_dots(const BlockQ6_Kx16::Half& half, std::size_t i,
-                                                   const BlockQ8Act* a, std::size_t x_stride,
-                                                   Lanes16::Int (&dots)[2 * kChains]) {
+// Slices [first, first + kSlices) of a half of a Q6_K unit against kTokens tokens (a: token 0's
+// activation block of slice first, token t's x_stride blocks on): acc[t] += each slice's
+// weighed sum (q6_k_weigh_slice) as decode_group16 and the packed GEMM add it. The integer dots,
+// one chain per slice, sub-block and token, run side by side, each weight register loaded and
+// unpacked once for every token. Every slice's values come as 4·q (slice 3's form with VNNI,
+// slices 0-2 for one shift more), so each chain starts at its sub-block's bias, a broadcast load,
+// and d_quarter = d/4 takes the 4 back, exactly (a power of two).
+template <std::size_t kSlices, std::size_t kTokens>
+[[gnu::always_inline]] inline void accumulate_q6_k_slices(const BlockQ6_Kx16::Half& half,
+                                                          std::size_t first,
+                                                          Lanes16::Float d_quarter,
+                                                          const BlockQ8Act* a, std::size_t x_stride,
+                                                          Lanes16::Float* acc) {
   using L = Lanes16;
-  const bool times4 = i == 3 && kSlice3Times4;
-  const int offset = times4 ? 128 : 32;
-  _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) {
-    const BlockQ8Act& a_t = a[t * x_stride];
-    dots[t] = L::splat32(offset_start(a_t.bias_lo, offset));
-    dots[kChains + t] = L::splat32(offset_start(a_t.bias - a_t.bias_lo, offset));
+  static_assert(kSlice3Times4 && kTokens > 0, "every slice's values as 4·q, as slice 3's");
+  constexpr std::size_t kPerSlice = 2 * kTokens;  // chains [slice][sub-block][token]
+  const auto block = [&](std::size_t slice, std::size_t t) -> const BlockQ8Act& {
+    return a[slice + t * x_stride];
+  };
+  L::Int dots[kSlices * kPerSlice];
+  _Pragma("GCC unroll 2") for (std::size_t slice = 0; slice < kSlices; ++slice)
+      _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) {
+    dots[slice * kPerSlice + t] = L::splat32(block(slice, t).bias_lo);
+    dots[slice * kPerSlice + kTokens + t] = L::splat32(block(slice, t).bias_hi);
   }
-  dot_runs<kPanelMax<BlockQ6_K>, 4>(dots,
-                                    [&](std::size_t kk, std::size_t c, L::Int& v, L::Int& x_group) {
-                                      const std::size_t k = 4 * (c / kChains) + kk;
-                                      v = q6_k_slice_quants(half, k, i);
-                                      x_group = broadcast_group(a[(c % kChains) * x_stride], k);
-                                    });
-  if (times4)
-    _Pragma("GCC unroll 8") for (std::size_t c = 0; c < 2 * kChains; ++c) dots[c] =
-        L::sar32<2>(dots[c]);
-}
-
-// acc[t] += slice i's two sub-block dots (q6_k_slice_dots) weighed by d·scale·d_x, sub-block 0
-// first, as decode_group16 and the packed GEMM add them.
-template <std::size_t kChains>
-[[gnu::always_inline]] inline void q6_k_weigh_slice(const BlockQ6_Kx16::Half& half, std::size_t i,
-                                                    Lanes16::Float d,
-                                                    const Lanes16::Int (&dots)[2 * kChains],
-                                                    const BlockQ8Act* a, std::size_t x_stride,
-                                                    Lanes16::Float* acc) {
-  using L = Lanes16;
-  _Pragma("GCC unroll 4") for (std::size_t t = 0; t < kChains; ++t) {
-    const L::Float d_x = L::splat(a[t * x_stride].d);
-    _Pragma("GCC unroll 2") for (std::size_t sub = 0; sub < 2; ++sub) {
-      const L::Float scale = L::mul(d, L::load_s8(half.scales[2 * i + sub]));
-      acc[t] = L::fma(L::to_float(dots[sub * kChains + t]), L::mul(scale, d_x), acc[t]);
-    }
+  dot_runs<kPanelMax<BlockQ6_K>, 4>(
+      dots, [&](std::size_t kk, std::size_t c, L::Int& v, L::Int& x_group) {
+        const std::size_t i = first + c / kPerSlice, k = 4 * (c % kPerSlice / kTokens) + kk;
+        v = i == 3 ? q6_k_slice_quants(half, k, i)
+                   : L::bit_and(L::shl32<2>(L::load_int(half.qs[k][i])), L::splat8(0xfc));
+        x_group = broadcast_group(block(c / kPerSlice, c % kTokens), k);
+      });
+  _Pragma("GCC unroll 2") for (std::size_t slice = 0; slice < kSlices; ++slice) {
+    const std::size_t i = first + slice;
+    const L::Float scale_lo = L::mul(d_quarter, L::load_s8(half.scales[2 * i])),
+                   scale_hi = L::mul(d_quarter, L::load_s8(half.scales[2 * i + 1]));
+    _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = q6_k_weigh_slice(
+        dots[slice * kPerSlice + t], scale_lo, dots[slice * kPerSlice + kTokens + t], scale_hi,
+        block(slice, t).d, acc[t]);
   }
-}
-
-// One half of a Q6_K unit against a tile of kChains tokens: slice by slice, each slice's two
-// sub-blocks' chains for every token side by side; slice 3, which reads all three registers of
-// a group, first (so the half's lines are first touched in address order), its dots weighed
-// last, in the one-token order.
-template <std::size_t kChains>
-[[gnu::always_inline]] inline void accumulate_q6_k_half(const BlockQ6_Kx16::Half& tile_half,
-                                                        Lanes16::Float d, const BlockQ8Act* a,
-                                                        std::size_t x_stride, Lanes16::Float* acc) {
-  // The half's registers are loaded and unpacked again for each tile: hidden behind an empty asm,
-  // its address is not known to be the last tile's, whose unpacked values the compiler would
-  // otherwise keep, spilled, across tiles.
-  const BlockQ6_Kx16::Half* half_p = &tile_half;
-  asm("" : "+r"(half_p));
-  const BlockQ6_Kx16::Half& half = *half_p;
-  Lanes16::Int last[2 * kChains], dots[2 * kChains];
-  q6_k_slice_dots<kChains>(half, 3, a + 3, x_stride, last);
-  _Pragma("GCC unroll 3") for (std::size_t i = 0; i < 3; ++i) {
-    q6_k_slice_dots<kChains>(half, i, a + i, x_stride, dots);
-    q6_k_weigh_slice<kChains>(half, i, d, dots, a + i, x_stride, acc);
-  }
-  q6_k_weigh_slice<kChains>(half, 3, d, last, a + 3, x_stride, acc);
 }
 
 // Decode of one 16-row group of Q6_K panels against 2 ≤ kTokens ≤ kDecodePassTokens tokens
-// (AVX-512 VNNI; x and out as decode_group16_with_minimums'), in tiles of tokens over each half
-// while it is in L1 (kTile). One token keeps decode_group16, whose four slices' chains side by side
-// hide the dot's latency where one slice's two chains would not.
+// (AVX-512 VNNI; x and out as decode_group16_with_minimums'), every token's chains side by side
+// over each half, a slice at a time (two for 2 tokens, so at least 8 chains hide the dot's
+// latency). In tiles of 2 tokens, each unpacking the half again and running 4 chains, 8 tokens
+// took 3.2× one token's time through a 32000×2048 matrix from DRAM (docs/performance.md, small
+// batches). One token keeps decode_group16, whose four slices' chains side by side hide the
+// latency.
 template <std::size_t kTokens>
 [[gnu::noinline]] inline void decode_group16_q6_k_tokens(const BlockQ6_Kx16* w, const BlockQ8Act* x,
                                                          std::size_t x_stride, std::size_t supers,
                                                          float* out, std::size_t out_stride) {
   using L = Lanes16;
   static_assert(kTokens >= 2 && kTokens <= kDecodePassTokens<BlockQ6_K>);
-  // Up to kDecodeTokens tokens in one tile; more in tiles of half that: in two tiles of 4, 8
-  // tokens spilled registers and took 4.5 ms through a 32000×2048 matrix from DRAM, in four of
-  // 2, 3.9 ms (one tile of 4: 1.8-2.0 ms; in two of 2, 2.0-2.1).
-  constexpr std::size_t kTile =
-      kTokens <= kDecodeTokens<BlockQ6_K> ? kTokens : kDecodeTokens<BlockQ6_K> / 2;
+  constexpr std::size_t kStepSlices = kTokens == 2 ? 2 : 1;
   L::Float acc[kTokens];
   _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) acc[t] = L::zero();
   for (std::size_t s = 0; s < supers; ++s) {
     const BlockQ6_Kx16& unit = w[s];
-    const L::Float d = L::load(unit.d);
+    const L::Float d_quarter = L::mul(L::load(unit.d), L::splat(0.25f));
     prefetch_stream_ahead(&unit, sizeof(unit), stream_prefetch_bytes(kTokens));
     _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
       const BlockQ6_Kx16::Half& half = unit.halves[h];
       __builtin_prefetch(half.scales[0]);  // read after the quants: asked for first
       __builtin_prefetch(half.scales[4]);
       const BlockQ8Act* a = x + 8 * s + 4 * h;
-      for_pass_tiles<kTokens, kTile>([&](auto size,
-                                         std::size_t first) __attribute__((always_inline)) {
-        accumulate_q6_k_half<size()>(half, d, a + first * x_stride, x_stride, acc + first);
-      });
+      // More tokens than one tile's: the next unit's half asked for in L1 as well (8 tokens from
+      // DRAM ran 1.2× faster; 4 tokens, whose half passes sooner, 1.1× slower).
+      if constexpr (kTokens > kDecodeTokens<BlockQ6_K>)
+        prefetch_into_l1(reinterpret_cast<std::uintptr_t>(&half) + sizeof(unit), sizeof(half));
+      _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; i += kStepSlices)
+          accumulate_q6_k_slices<kStepSlices, kTokens>(half, i, d_quarter, a + i, x_stride, acc);
     }
   }
   _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t)

@@ -7,8 +7,8 @@
 //   Q6_K: 16 sub-blocks of 16, value = d·sc_j·(q − 32) (q 6-bit, sc signed 8-bit).
 // Activation blocks hold 32 values, so one 32-value slice of a super-block meets one activation
 // block: its integer dot Σq·xq is exact, the Q4_K minimum comes back through the block's sum
-// (−dmin·m_j·Σxq) and the Q6_K offset through the sums of its two 16-value halves (sum_lo and
-// sum − sum_lo). The float steps per slice: x_d·(s·dot − min·sum) in the order the scalar twin
+// (−dmin·m_j·Σxq) and the Q6_K offset through the sums of its two 16-value halves (bias_lo and
+// bias_hi). The float steps per slice: x_d·(s·dot − min·sum) in the order the scalar twin
 // uses.
 
 #if HLLM_ISA_LEVEL >= 1
@@ -131,9 +131,8 @@ inline float kquant_row(const BlockQ6_K* w, const BlockQ8Act* x, std::size_t sup
       const __m256i q = q6_k_slice_values(b, slice);
       const BlockQ8Act& a = x[8 * s + slice];
       // Lanes 0-3 sum values 0..15 (scale 2·slice), lanes 4-7 values 16..31 (2·slice + 1); each
-      // half starts at its −32·Σxq.
-      const __m256i start =
-          _mm256_setr_epi32(-32 * a.sum_lo, 0, 0, 0, -32 * (a.sum - a.sum_lo), 0, 0, 0);
+      // half starts at its −32·Σxq (bias / 4, exact: a multiple of 128).
+      const __m256i start = _mm256_setr_epi32(a.bias_lo >> 2, 0, 0, 0, a.bias_hi >> 2, 0, 0, 0);
       const __m256i dot = dot_u8s8(start, q, load_act(a));
       const float lo = a.d * (d * static_cast<float>(b.scales[2 * slice]));
       const float hi = a.d * (d * static_cast<float>(b.scales[2 * slice + 1]));
@@ -188,7 +187,7 @@ inline float kquant_row(const BlockQ6_K* w, const BlockQ8Act* x, std::size_t sup
       int ql_shift = 0, qh_shift = 0;
       reference::q6_k_slice_layout(slice, ql_offset, ql_shift, qh_offset, qh_shift);
       const BlockQ8Act& a = x[8 * s + slice];
-      std::int32_t dot[2] = {-32 * a.sum_lo, -32 * (a.sum - a.sum_lo)};
+      std::int32_t dot[2] = {a.bias_lo >> 2, a.bias_hi >> 2};  // −32·Σxq of each half
       for (std::size_t l = 0; l < 32; ++l) {
         const int q = ((b.ql[ql_offset + l] >> ql_shift) & 0x0f) |
                       (((b.qh[qh_offset + l] >> qh_shift) & 0x03) << 4);

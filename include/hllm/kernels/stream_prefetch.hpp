@@ -35,4 +35,11 @@ inline void prefetch_stream_ahead(const void* unit, std::size_t bytes,
     __builtin_prefetch(reinterpret_cast<const void*>(ahead + line), 0, 1);
 }
 
+// Asks for the lines of [address, address + bytes) in L1 (prefetcht0): a pass whose arithmetic per
+// line is long enough to hide the L2 latency ahead of it (Q6_K's decode of more than 4 tokens).
+inline void prefetch_into_l1(std::uintptr_t address, std::size_t bytes) {
+  for (std::size_t line = 0; line < bytes; line += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(address + line), 0, 3);
+}
+
 }  // namespace hllm::kernels
