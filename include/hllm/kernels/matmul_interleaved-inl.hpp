@@ -266,14 +266,14 @@ inline constexpr std::size_t kDecodePassTokens =
 template <class Block>
 inline constexpr std::size_t kDecodeBelowTokens = kDecodePassTokens<Block> >= 4 ? 9 : 5;
 // Tokens whose chains run side by side over a Q4_K or Q5_K sub-block pair
-// (decode_group16_with_minimums), a pass of more taking two tiles: kDecodeTokens, but Q5_K with
-// AVX-512 VNNI takes its whole pass in one tile, so its five-bit planes are gathered once per pair
-// instead of twice, which saves more than the spills of its 16 chains cost (8 tokens through a
-// 32000×2048 matrix from DRAM 2358-2479 → 2051-2164 µs; Q4_K, whose nibbles take one AND, ran
-// 1-4% slower in one tile; docs/performance.md, small batches).
+// (decode_group16_with_minimums), a pass of more taking two tiles: with AVX-512 VNNI the whole
+// pass, past kDecodeTokens one sub-block's chains at a time (accumulate_pair), so each register is
+// loaded and unpacked once for every token (Q5_K's 8 tokens through a 32000×2048 matrix from DRAM
+// in two tiles 2358-2479 µs, in one 2051-2164; one sub-block at a time, with no spills, from L3
+// Q5_K 377-459 → 351-375 µs, Q4_K 331-382 → 322-369; docs/performance.md, small batches);
+// otherwise kDecodeTokens.
 template <class Block>
-inline constexpr std::size_t kPairTileTokens = (std::is_same_v<Block, BlockQ5_K> &&
-                                                HLLM_ISA_LEVEL == 2 && kWideUnsigned)
+inline constexpr std::size_t kPairTileTokens = (HLLM_ISA_LEVEL == 2 && kWideUnsigned)
                                                    ? kDecodePassTokens<Block>
                                                    : kDecodeTokens<Block>;
 
@@ -366,45 +366,52 @@ inline void decode_group16_tokens(const Interleaved16<Block>* w, const BlockQ8Ac
       L::store(out + t * out_stride, acc[t]);
 }
 
-// One pair p of sub-blocks (2p, 2p + 1) of a Q4_K or Q5_K unit against kChains tokens, their
+// One pair p of sub-blocks (2p, 2p + 1) of a Q4_K or Q5_K unit against kTokens tokens, their
 // integer chains side by side: acc[t] += the 16 rows' sub-block dots with token t's activation
 // blocks a[t·x_stride + h] (h = 0, 1), weighed by the 16 row scales d·scale_h·d_x, minus the
 // minimum terms dmin·min_h·d_x·Σxq. The low nibbles (sub-block 2p) and the high ones (2p + 1) run
 // one chain each per token (high_nibbles for Q4_K; Q5_K's sub-blocks come from their planes,
-// q5_k_group), one load and unpack of a register serving every token. Then each token's two
-// sub-blocks go into its accumulator in the packed GEMM's order (panel_tile): a token's
-// operations are those of a token alone. The scales are loaded after the dots (before them, the
-// AVX2 one-token call spilled and ran 5-20% slower).
-template <std::size_t kChains, class Block>
+// q5_k_group), one load and unpack of a register serving every token: both sub-blocks' chains
+// at once for up to kDecodeTokens tokens, one sub-block's at a time past that (8 tokens: 8 chains
+// instead of 16, which spilled). Then each token's two sub-blocks go into its accumulator in the
+// packed GEMM's order (panel_tile): a token's operations are those of a token alone. The scales
+// are loaded after the dots (before them, the AVX2 one-token call spilled and ran 5-20% slower).
+template <std::size_t kTokens, class Block>
 [[gnu::always_inline]] inline void accumulate_pair(const typename Interleaved16<Block>::Pair& pair,
                                                    Lanes16::Float d, Lanes16::Float dmin,
                                                    const BlockQ8Act* a, std::size_t x_stride,
                                                    Lanes16::Float* acc) {
   using L = Lanes16;
   constexpr bool kPlanes = std::is_same_v<Block, BlockQ5_K>;
-  L::Int dots[2 * kChains];  // [sub-block 2p of every token, then 2p + 1]
-  _Pragma("GCC unroll 16") for (std::size_t c = 0; c < 2 * kChains; ++c) dots[c] = L::zero_int();
-  const auto operands = [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
-    const std::size_t h = c / kChains;
-    if constexpr (kPlanes) {
-      v = q5_k_group(pair.planes[h], k);
-    } else {
-      const L::Int q = L::load_int(pair.qs[k]);
-      v = h == 0 ? L::bit_and(q, L::splat8(0x0f)) : high_nibbles(q);
-    }
-    x_group = broadcast_group(a[(c % kChains) * x_stride + h], k);
-  };
-  dot_runs<kPanelMax<Block>, 8>(dots, operands);
-  if constexpr (!kPlanes)
-    _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kChains; ++t) dots[kChains + t] =
-        high_nibble_dot(dots[kChains + t]);
-  _Pragma("GCC unroll 2") for (std::size_t h = 0; h < 2; ++h) {
-    const L::Float scale = L::mul(L::load_u8(pair.scales[h]), d);
-    const L::Float minimum = L::mul(L::load_u8(pair.mins[h]), dmin);
-    _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kChains; ++t) {
-      const BlockQ8Act& a_j = a[t * x_stride + h];
-      acc[t] = L::fma(L::to_float(dots[h * kChains + t]), L::mul(scale, L::splat(a_j.d)), acc[t]);
-      acc[t] = L::fnma(minimum, L::splat(a_j.d_sum), acc[t]);
+  constexpr std::size_t kStepSubs = kTokens <= kDecodeTokens<Block> ? 2 : 1;
+  _Pragma("GCC unroll 2") for (std::size_t first = 0; first < 2; first += kStepSubs) {
+    L::Int dots[kStepSubs * kTokens];  // [sub-block 2p + first + h of every token]
+    _Pragma("GCC unroll 16") for (std::size_t c = 0; c < kStepSubs * kTokens; ++c) dots[c] =
+        L::zero_int();
+    const auto operands = [&](std::size_t k, std::size_t c, L::Int& v, L::Int& x_group) {
+      const std::size_t h = first + c / kTokens;
+      if constexpr (kPlanes) {
+        v = q5_k_group(pair.planes[h], k);
+      } else {
+        const L::Int q = L::load_int(pair.qs[k]);
+        v = h == 0 ? L::bit_and(q, L::splat8(0x0f)) : high_nibbles(q);
+      }
+      x_group = broadcast_group(a[(c % kTokens) * x_stride + h], k);
+    };
+    dot_runs<kPanelMax<Block>, 8>(dots, operands);
+    if constexpr (!kPlanes)  // the high nibbles' chains
+      _Pragma("GCC unroll 8") for (std::size_t c = (1 - first) * kTokens; c < kStepSubs * kTokens;
+                                   ++c) dots[c] = high_nibble_dot(dots[c]);
+    _Pragma("GCC unroll 2") for (std::size_t step_h = 0; step_h < kStepSubs; ++step_h) {
+      const std::size_t h = first + step_h;
+      const L::Float scale = L::mul(L::load_u8(pair.scales[h]), d);
+      const L::Float minimum = L::mul(L::load_u8(pair.mins[h]), dmin);
+      _Pragma("GCC unroll 8") for (std::size_t t = 0; t < kTokens; ++t) {
+        const BlockQ8Act& a_j = a[t * x_stride + h];
+        acc[t] =
+            L::fma(L::to_float(dots[step_h * kTokens + t]), L::mul(scale, L::splat(a_j.d)), acc[t]);
+        acc[t] = L::fnma(minimum, L::splat(a_j.d_sum), acc[t]);
+      }
     }
   }
 }
