@@ -610,12 +610,13 @@ inline void interleave_rows16(const Block* w, std::size_t rows, std::size_t bloc
 // sum = Σ qs[i] for the weight formats whose values carry an offset or a minimum. (Not a file
 // format: d stays float32, unlike ggml's f16, because nothing is saved.)
 //
-// bias = −128·sum, and for Q6_K, whose scales and offsets cover 16 values, bias_lo = −128·Σ
-// qs[0..15] and bias_hi = −128·Σ qs[16..31], are the starting values of the panel kernels' integer
-// dot products (gemm_panels-inl.hpp), whose unsigned weight operands carry an offset of 128 with
-// VNNI: Σ (u − 128)·q = −128·Σq + Σ u·q (and a power of two dividing 128 without it); d_sum = d·sum
-// weighs a Q4_K/Q5_K slice's minimum there. They are stored so the hot loop reads each with a plain
-// broadcast load instead of a multiply and a move from a general register per block and token.
+// bias = −128·sum, and for Q6_K, whose scales and offsets cover 16 values, bias_lo =
+// −128·Σ qs[0..15] and bias_hi = −128·Σ qs[16..31], are the starting values of the panel kernels'
+// integer dot products (gemm_panels-inl.hpp), whose unsigned weight operands carry an offset of
+// 128 with VNNI: Σ (u − 128)·q = −128·Σq + Σ u·q (and a power of two dividing 128 without it);
+// d_sum = d·sum weighs a Q4_K/Q5_K slice's minimum there. They are stored so the hot loop reads
+// each with a plain broadcast load instead of a multiply and a move from a general register per
+// block and token.
 // neg_half_sums packs −Σ of each 16-value half as two int16 for Q6_K's emulated dot, whose offset
 // term is one vpmaddwd of them with the two scales (gemm_panels-inl.hpp, kScaledRuns).
 struct BlockQ8Act {

@@ -588,11 +588,11 @@ template <std::size_t kSlices, std::size_t kTokens>
 
 // Decode of one 16-row group of Q6_K panels against 2 ≤ kTokens ≤ kDecodePassTokens tokens
 // (AVX-512 VNNI; x and out as decode_group16_with_minimums'), every token's chains side by side
-// over each half, a slice at a time (two for 2 tokens, so at least 8 chains hide the dot's
-// latency). In tiles of 2 tokens, each unpacking the half again and running 4 chains, 8 tokens
-// took 3.2× one token's time through a 32000×2048 matrix from DRAM (docs/performance.md, small
-// batches). One token keeps decode_group16, whose four slices' chains side by side hide the
-// latency.
+// over each half, a slice at a time (two for 2 tokens, so 2 tokens run 8 chains, as 4 do, to hide
+// the dot's latency; 3 tokens run 6). In tiles of 2 tokens, each unpacking the half again and
+// running 4 chains, 8 tokens took 3.2× one token's time through a 32000×2048 matrix from DRAM
+// (docs/performance.md, small batches). One token keeps decode_group16, whose four slices' chains
+// side by side hide the latency.
 template <std::size_t kTokens>
 [[gnu::noinline]] inline void decode_group16_q6_k_tokens(const BlockQ6_Kx16* w, const BlockQ8Act* x,
                                                          std::size_t x_stride, std::size_t supers,
