@@ -193,14 +193,22 @@ inline void q4_panel_values(Lanes16::Int q, std::size_t k, PanelBlock<Block>& p)
 // Without VNNI, 4·q would saturate vpmaddubsw: q[3] is shifted down to q (its bits 0-1 are clear,
 // so the 16-bit shift's spill into bits 6-7 is zero). kSlice3Times4 says which.
 inline constexpr bool kSlice3Times4 = kWideUnsigned;
+// Slice i's values as 4·q on every slice (bits 0-1 clear, at most 252: VNNI operands only):
+// slices 0-2 their register shifted up, slice 3 as above.
+inline Lanes16::Int q6_k_slice_quants_times4(const BlockQ6_Kx16::Half& half, std::size_t k,
+                                             std::size_t i) {
+  using L = Lanes16;
+  if (i < 3) return L::bit_and(L::shl32<2>(L::load_int(half.qs[k][i])), L::splat8(0xfc));
+  const L::Int r0 = L::load_int(half.qs[k][0]), r1 = L::load_int(half.qs[k][1]),
+               r2 = L::load_int(half.qs[k][2]);
+  const L::Int bits23_45 = L::select(L::shr16<4>(r0), L::shr16<2>(r1), L::splat8(0x30));
+  return L::bit_and(L::select(bits23_45, r2, L::splat8(0xc0)), L::splat8(0xfc));
+}
 inline Lanes16::Int q6_k_slice_quants(const BlockQ6_Kx16::Half& half, std::size_t k,
                                       std::size_t i) {
   using L = Lanes16;
   if (i < 3) return L::bit_and(L::load_int(half.qs[k][i]), L::splat8(0x3f));
-  const L::Int r0 = L::load_int(half.qs[k][0]), r1 = L::load_int(half.qs[k][1]),
-               r2 = L::load_int(half.qs[k][2]);
-  const L::Int bits23_45 = L::select(L::shr16<4>(r0), L::shr16<2>(r1), L::splat8(0x30));
-  const L::Int times4 = L::bit_and(L::select(bits23_45, r2, L::splat8(0xc0)), L::splat8(0xfc));
+  const L::Int times4 = q6_k_slice_quants_times4(half, k, 3);
   return kSlice3Times4 ? times4 : L::shr16<2>(times4);
 }
 inline void q6_k_panel_quants(const BlockQ6_Kx16::Half& half, std::size_t k, Lanes16::Int (&q)[4]) {

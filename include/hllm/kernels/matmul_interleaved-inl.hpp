@@ -548,9 +548,9 @@ inline void decode_group16(const BlockQ6_Kx16* w, const BlockQ8Act* x, std::size
 // activation block of slice first, token t's x_stride blocks on): acc[t] += each slice's
 // weighed sum (q6_k_weigh_slice) as decode_group16 and the packed GEMM add it. The integer dots,
 // one chain per slice, sub-block and token, run side by side, each weight register loaded and
-// unpacked once for every token. Every slice's values come as 4·q (slice 3's form with VNNI,
-// slices 0-2 for one shift more), so each chain starts at its sub-block's bias, a broadcast load,
-// and d_quarter = d/4 takes the 4 back, exactly (a power of two).
+// unpacked once for every token. Every slice's values come as 4·q (q6_k_slice_quants_times4:
+// slice 3's form with VNNI, slices 0-2 for one shift more), so each chain starts at its sub-block's
+// bias, a broadcast load, and d_quarter = d/4 takes the 4 back, exactly (a power of two).
 template <std::size_t kSlices, std::size_t kTokens>
 [[gnu::always_inline]] inline void accumulate_q6_k_slices(const BlockQ6_Kx16::Half& half,
                                                           std::size_t first,
@@ -572,8 +572,7 @@ template <std::size_t kSlices, std::size_t kTokens>
   dot_runs<kPanelMax<BlockQ6_K>, 4>(
       dots, [&](std::size_t kk, std::size_t c, L::Int& v, L::Int& x_group) {
         const std::size_t i = first + c / kPerSlice, k = 4 * (c % kPerSlice / kTokens) + kk;
-        v = i == 3 ? q6_k_slice_quants(half, k, i)
-                   : L::bit_and(L::shl32<2>(L::load_int(half.qs[k][i])), L::splat8(0xfc));
+        v = q6_k_slice_quants_times4(half, k, i);
         x_group = broadcast_group(block(c / kPerSlice, c % kTokens), k);
       });
   _Pragma("GCC unroll 2") for (std::size_t slice = 0; slice < kSlices; ++slice) {
@@ -614,7 +613,7 @@ template <std::size_t kTokens>
       // More tokens than one tile's: the next unit's half asked for in L1 as well (8 tokens from
       // DRAM ran 1.2× faster; 4 tokens, whose half passes sooner, 1.1× slower).
       if constexpr (kTokens > kDecodeTokens<BlockQ6_K>)
-        prefetch_into_l1(reinterpret_cast<std::uintptr_t>(&half) + sizeof(unit), sizeof(half));
+        prefetch_stream_ahead<kIntoL1>(&half, sizeof(half), sizeof(unit));
       _Pragma("GCC unroll 4") for (std::size_t i = 0; i < 4; i += kStepSlices)
           accumulate_q6_k_slices<kStepSlices, kTokens>(half, i, d_quarter, a + i, x_stride, acc);
     }

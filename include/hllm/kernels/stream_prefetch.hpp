@@ -28,18 +28,16 @@ inline constexpr std::size_t kStreamPrefetchBytes = 3072;
 inline constexpr std::size_t stream_prefetch_bytes(std::size_t tokens) {
   return std::max(kStreamPrefetchBytes, 2048 * tokens);
 }
+// The prefetch's locality: kIntoL2 (prefetcht2, the stream's), or kIntoL1 (prefetcht0) for a pass
+// whose arithmetic per line is long enough to hide the L2 latency ahead of it (Q6_K's decode of
+// more than 4 tokens asks for the next unit's half so).
+inline constexpr int kIntoL2 = 1, kIntoL1 = 3;
+template <int kLocality = kIntoL2>
 inline void prefetch_stream_ahead(const void* unit, std::size_t bytes,
                                   std::size_t distance = kStreamPrefetchBytes) {
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(unit) + distance;
   for (std::size_t line = 0; line < bytes; line += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(ahead + line), 0, 1);
-}
-
-// Asks for the lines of [address, address + bytes) in L1 (prefetcht0): a pass whose arithmetic per
-// line is long enough to hide the L2 latency ahead of it (Q6_K's decode of more than 4 tokens).
-inline void prefetch_into_l1(std::uintptr_t address, std::size_t bytes) {
-  for (std::size_t line = 0; line < bytes; line += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(address + line), 0, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(ahead + line), 0, kLocality);
 }
 
 }  // namespace hllm::kernels
