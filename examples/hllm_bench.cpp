@@ -425,7 +425,7 @@ struct Peak {
 Peak peak_for(hllm::DType type, const Peaks& p, hllm::Isa isa) {
   const hllm::kernels::KernelTable& table = hllm::kernels::table_for(isa);
   if (table.quant_matmul_for(type) != nullptr && p.int8 > 0) return {p.int8, p.int8_kind};
-  if (type == hllm::DType::bf16_x16 && table.matmul_bf16_x16_dot != nullptr && p.bf16 > 0)
+  if (type == hllm::DType::bf16_x16 && table.preferred_bf16_dot() != nullptr && p.bf16 > 0)
     return {p.bf16, "BF16"};
   return {p.fp32, "FP32"};
 }
@@ -651,8 +651,9 @@ int main(int argc, char** argv) {
              "kernels of the ISA that runs prefer: the panels of every type on every vector ISA, "
              "and 8-row groups where the panels do not fit with AVX-512 VNNI)");
   cli.flag("--f16-as-bf16", o.f16_as_bf16,
-           "Round F16 projections to BF16 while repacking, where the CPU has AVX512-BF16 "
-           "(LoadOptions::f16_as_bf16: lossy, as ik_llama.cpp's -rtr; prefill runs vdpbf16ps)");
+           "Round F16 projections to BF16 while repacking, where the CPU runs vdpbf16ps faster "
+           "than FP32 FMAs (AMD's AVX512-BF16; LoadOptions::f16_as_bf16: lossy, as "
+           "ik_llama.cpp's -rtr; prefill runs vdpbf16ps)");
   cli.kv_type(o.kv_type);
   cli.choice("-o,--output", o.output, {"md", "json"}, "Output format");
   cli.flag("--log-disable", o.log_disable,

@@ -1045,7 +1045,7 @@ TEST(GgufModelLoad, RepackedWeightsGiveTheFileLayoutsLogitsOnEveryIsa) {
         // allowance is 2^-7 of the logits' scale, four times one rounding's 2^-9 (measured
         // here: 0.0107 of 3.41, 2^-8.3).
         const bool rounded = type == DType::bf16 && !exact &&
-                             hllm::kernels::table_for(isa).matmul_bf16_x16_dot != nullptr;
+                             hllm::kernels::table_for(isa).preferred_bf16_dot() != nullptr;
         if (exact && same_bits_exact)
           EXPECT_EQ(from_file, from_repacked) << hllm::to_string(isa);
         else

@@ -1028,7 +1028,7 @@ TEST(Repack, F16AsBf16RoundsIntoThePairPanels) {
   for (const Isa isa : hllm::test::supported_isas()) {
     const auto& table = hllm::kernels::table_for(isa);
     EXPECT_EQ(hllm::repack_plan(hllm::Repack::automatic, table, true).f16_as_bf16,
-              table.matmul_bf16_x16_dot != nullptr)
+              table.preferred_bf16_dot() != nullptr)
         << hllm::to_string(isa);
     EXPECT_FALSE(hllm::repack_plan(hllm::Repack::automatic, table).f16_as_bf16);
     EXPECT_FALSE(hllm::repack_plan(hllm::Repack::never, table, true).f16_as_bf16);
@@ -1258,12 +1258,22 @@ TEST(KernelAvx512Bf16, TokenPanelsPackedOnceGiveTheChunksBits) {
       up_w{hllm::DType::bf16_x16, up.panels.data(), rows, cols, "up"};
   hllm::ThreadPool pool(2);
   std::vector<hllm::BlockQ8Act> activations(n * (cols / 32 + 1));
-  const hllm::Compute per_chunk(table, pool, activations, {cols, n, false}),
-      once(table, pool, activations, {cols, n, true});
+  // The sessions of a CPU that prefers the kernel (an Intel CPU's table does not: the table
+  // copied with the preference set, so the Compute path runs here too).
+  hllm::kernels::KernelTable preferring = table;
+  preferring.bf16_dot_preferred = true;
+  const hllm::Compute per_chunk(preferring, pool, activations, {cols, n, false}),
+      once(preferring, pool, activations, {cols, n, true});
   EXPECT_EQ(per_chunk.token_panel_bytes(), 0u);
   EXPECT_EQ(once.token_panel_bytes(), hllm::kernels::kBf16TokenPanels.bytes(cols, n));
-  // An exact session (no 8-bit scratch) never runs the bf16-activation GEMM: no room kept.
-  EXPECT_EQ(hllm::Compute(table, pool, {}, {cols, n, true}).token_panel_bytes(), 0u);
+  // An exact session (no 8-bit scratch) never runs the bf16-activation GEMM: it keeps room for
+  // the FP32 GEMM's token panels instead, as a session of a table that does not prefer it.
+  EXPECT_EQ(hllm::Compute(preferring, pool, {}, {cols, n, true}).token_panel_bytes(),
+            hllm::kernels::kFloatTokenPanels.bytes(cols, n));
+  hllm::kernels::KernelTable exact_fp32 = table;
+  exact_fp32.bf16_dot_preferred = false;
+  EXPECT_EQ(hllm::Compute(exact_fp32, pool, activations, {cols, n, true}).token_panel_bytes(),
+            hllm::kernels::kFloatTokenPanels.bytes(cols, n));
   for (std::size_t tokens : {std::size_t{8}, std::size_t{17}, n}) {
     std::vector<float> a(tokens * rows), b(tokens * rows);
     per_chunk.matmul(gate_w, gate.x.data(), tokens, a.data());
@@ -1278,16 +1288,18 @@ TEST(KernelAvx512Bf16, TokenPanelsPackedOnceGiveTheChunksBits) {
   }
 }
 
-// The same for the FP32 GEMM of the F32/F16 panels (AVX-512; from kFloatPackedMinTokens tokens):
-// token panels packed once (in two ranges of token groups) give the bits the chunks' own do, for
-// token chunks of 512 and column blocks of 256 crossed and row ranges split inside groups; and a
-// Compute keeping room for them (ComputeLimits::float_token_panels) the bits of one that does not.
+// The same for the FP32 GEMM of the F32/F16/BF16 panels (AVX-512; from kFloatPackedMinTokens
+// tokens): token panels packed once (in two ranges of token groups) give the bits the chunks' own
+// do, for token chunks of 512 and column blocks of 256 crossed and row ranges split inside groups;
+// and a Compute keeping room for them (ComputeLimits::float_token_panels) the bits of one that does
+// not.
 template <class W>
 void check_float_token_panels(hllm::DType type) {
   const auto& table = hllm::kernels::table_for(Isa::avx512);
   const hllm::kernels::PackedMatmulFn packed_fn = table.kernels_for(type).packed;
   ASSERT_NE(packed_fn, nullptr);
-  for (auto [rows, cols, n] : {std::tuple{32u, 600u, 530u}, {96u, 257u, 40u}, {64u, 300u, 33u}}) {
+  constexpr unsigned kOdd = std::is_same_v<W, hllm::bf16> ? 258u : 257u;  // BF16 pairs: even
+  for (auto [rows, cols, n] : {std::tuple{32u, 600u, 530u}, {96u, kOdd, 40u}, {64u, 300u, 33u}}) {
     const auto w = to_type<W>(hllm::test::random_vector(rows * cols, rows + cols));
     const auto x = hllm::test::random_vector(n * cols, n + 1);
     const hllm::WeightTensor file{hllm::WeightTensor::dtype_of<W>(), w.data(), rows, cols, "w"};
@@ -1336,6 +1348,7 @@ TEST(KernelAvx512, FloatTokenPanelsPackedOnceGiveTheChunksBits) {
   if (!hllm::cpu_supports(Isa::avx512)) GTEST_SKIP() << "needs AVX-512";
   check_float_token_panels<float>(hllm::DType::f32_x16);
   check_float_token_panels<hllm::f16>(hllm::DType::f16_x16);
+  check_float_token_panels<hllm::bf16>(hllm::DType::bf16_x16);  // the pairs widened
 }
 
 #if HLLM_X86
@@ -1871,6 +1884,28 @@ TEST(Isa, ChoosesAvxVnniWhereTheCpuHasItAndAvx512IsAbsent) {
     EXPECT_EQ(hllm::kernels::table_for(Isa::avx_vnni).isa, Isa::avx_vnni);
   else
     EXPECT_THROW(hllm::kernels::table_for(Isa::avx_vnni), hllm::Error);
+}
+
+// Which CPUs run BF16 panels on vdpbf16ps by default: AVX512-BF16 from AMD (Zen 4, Zen 5: at the
+// FMA's rate, twice its multiply-adds), not from Intel (half that rate: the FP32 GEMM on the
+// widened pairs is the faster); and the running CPU's AVX-512 table says the same.
+TEST(Isa, PrefersTheBf16DotWhereItOutrunsTheFma) {
+  hllm::CpuFeatures f;
+  f.avx2 = f.fma = f.f16c = f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;
+  EXPECT_FALSE(hllm::bf16_dot_outruns_fma(f));  // no AVX512-BF16
+  f.avx512_bf16 = true;
+  EXPECT_FALSE(hllm::bf16_dot_outruns_fma(f));  // Sapphire Rapids, Emerald Rapids
+  f.amd = true;
+  EXPECT_TRUE(hllm::bf16_dot_outruns_fma(f));  // Zen 4, Zen 5
+  f.avx512_bf16 = false;
+  EXPECT_FALSE(hllm::bf16_dot_outruns_fma(f));
+  if (!hllm::cpu_supports(Isa::avx512)) GTEST_SKIP() << "the table part needs AVX-512";
+  const auto& table = hllm::kernels::table_for(Isa::avx512);
+  EXPECT_EQ(table.matmul_bf16_x16_dot != nullptr, hllm::cpu_features().avx512_bf16);
+  EXPECT_EQ(table.preferred_bf16_dot() != nullptr,
+            hllm::bf16_dot_outruns_fma(hllm::cpu_features()));
+  // Either way the exact BF16 panels have the FP32 GEMM.
+  EXPECT_NE(table.kernels_for(hllm::DType::bf16_x16).packed, nullptr);
 }
 
 TEST(Isa, ParsesNamesAndRefusesUnknownOnes) {

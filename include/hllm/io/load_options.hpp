@@ -33,11 +33,13 @@ struct LoadOptions {
   bool check_finite = false;
   // Costs one copy of the projection weights at load.
   Repack repack = Repack::automatic;
-  // Round F16 projection weights to BF16 (to nearest even) while repacking, where the CPU has
-  // AVX512-BF16, so they take the BF16 pair panels and vdpbf16ps: prefill about twice as fast
-  // (docs/performance.md), as ik_llama.cpp's -rtr does. Lossy: BF16 keeps 8 of F16's 11
-  // significant bits, and activations are rounded to bf16 too; even SessionOptions::exact then
-  // runs on the rounded weights. Off by default; no effect without AVX512-BF16 or repacking.
+  // Round F16 projection weights to BF16 (to nearest even) while repacking, where the CPU runs
+  // vdpbf16ps faster than FP32 FMAs (AVX512-BF16 on AMD's Zen 4 and Zen 5), so they take the
+  // BF16 pair panels and vdpbf16ps: prefill about twice as fast (docs/performance.md), as
+  // ik_llama.cpp's -rtr does. Lossy: BF16 keeps 8 of F16's 11 significant bits, and activations
+  // are rounded to bf16 too; even SessionOptions::exact then runs on the rounded weights. Off by
+  // default; no effect without such a CPU (Intel's issue vdpbf16ps at half the FMA's rate) or
+  // without repacking.
   bool f16_as_bf16 = false;
   // Called per tensor during the slow parts of a load (io/progress.hpp): stage "checking" for
   // check_finite, "repacking" for the repack, which reads every page of the file. Mapping a file

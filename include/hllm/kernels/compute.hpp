@@ -260,9 +260,13 @@ class Compute {
   static std::size_t token_panel_room(const kernels::KernelTable& table, bool quantized,
                                       const Limits& limits) {
     std::size_t bytes = 0;
-    if (limits.bf16_token_panels && quantized && table.pack_bf16_tokens != nullptr)
+    // BF16 panels read the vdpbf16ps GEMM's token panels where the session takes it, else the
+    // FP32 GEMM's (their widened pairs).
+    const bool bf16_dot = quantized && table.preferred_bf16_dot() != nullptr;
+    if (limits.bf16_token_panels && bf16_dot && table.pack_bf16_tokens != nullptr)
       bytes = kernels::kBf16TokenPanels.bytes(limits.max_cols, limits.max_tokens);
-    if (limits.float_token_panels && table.pack_float_tokens != nullptr)
+    if ((limits.float_token_panels || (limits.bf16_token_panels && !bf16_dot)) &&
+        table.pack_float_tokens != nullptr)
       bytes = std::max(bytes, kernels::kFloatTokenPanels.bytes(limits.max_cols, limits.max_tokens));
     return bytes;
   }
@@ -357,11 +361,11 @@ class Compute {
     fn(w.data, w.rows, w.cols, x, n_tokens, y, begin, end, scratch);  // checked beforehand
   }
 
-  // The bf16-activation kernel for BF16 panels where this table has one and the session is not
-  // exact, else nullptr.
+  // The bf16-activation kernel for BF16 panels where this table prefers one and the session is
+  // not exact, else nullptr.
   kernels::MatmulFn bf16_dot_kernel(DType type) const noexcept {
     if (activations_.empty() || type != DType::bf16_x16) return nullptr;
-    return table_->matmul_bf16_x16_dot;
+    return table_->preferred_bf16_dot();
   }
 
   kernels::MatmulFn exact_kernel(DType type) const noexcept {

@@ -155,12 +155,20 @@ struct KernelTable {
   // Indexed by layout_index(type).
   LayoutKernels layouts[kLayoutCount] = {};
   // BF16 panels against activations rounded to bf16 (vdpbf16ps; nullptr where the CPU has no
-  // AVX512-BF16). Not exact: Compute::matmul takes it, matmul_exact never does.
+  // AVX512-BF16). Not exact: Compute::matmul takes it where bf16_dot_preferred, matmul_exact
+  // never does.
   MatmulFn matmul_bf16_x16_dot = nullptr;
   // The same with the activations' token panels packed once per operation (Compute does, from
   // kBf16PackedMinTokens tokens): set with matmul_bf16_x16_dot.
   TokenPackFn pack_bf16_tokens = nullptr;
   PackedMatmulFn matmul_bf16_x16_packed = nullptr;
+  // Whether sessions run BF16 panels on the kernels above (CpuFeatures::bf16_dot_outruns_fma)
+  // rather than on the exact FP32 ones, which are the faster where vdpbf16ps issues at half the
+  // FMA's rate.
+  bool bf16_dot_preferred = false;
+  MatmulFn preferred_bf16_dot() const noexcept {
+    return bf16_dot_preferred ? matmul_bf16_x16_dot : nullptr;
+  }
   // The FP32 GEMM's token panels, for the float panels' LayoutKernels::packed.
   TokenPackFn pack_float_tokens = nullptr;
   // Attention over consecutive rows and through a paged cache's block table, per cache element

@@ -10,53 +10,40 @@
 
 #if HLLM_ISA_LEVEL >= 1
 // y[j][16g .. 16g + 16) = group g · x[j] for kGroups consecutive groups and kTokens tokens,
-// float32 activations: a group's 16 rows in the lanes of kParts registers (one zmm, two ymm).
-// With one register per 16 rows each row has four chains (even and odd columns, of alternating
-// column pairs), so one token's FMAs overlap; with two registers, one chain per row and token,
-// column after column, the order of the F32 panels' tile, which AVX2's batches run on widened
-// chunks (bf16_x16_groups). One token's chains then wait two FMA latencies per column pair,
-// too slow to keep enough of the weight stream's lines in flight: decode prefetches them 2 KiB
-// ahead. The groups are read side by side, each summed exactly as alone.
+// float32 activations: a group's 16 rows in the lanes of kParts registers (one zmm, two ymm), one
+// chain per row and token, column after column: the order of the F32 panels' tile, which
+// AVX-512's prefill GEMM (gemm_float_panels) and AVX2's batches (bf16_x16_widened_chunks) run on
+// widened chunks, so a token's outputs are the same bits alone or in any batch. One token's
+// chains then wait two FMA latencies per column pair, too slow to keep enough of the weight
+// stream's lines in flight: decode prefetches them 2 KiB ahead. The groups are read side by side,
+// each summed exactly as alone.
 //   first: kGroups groups of [cols/2][16] dwords, group_dwords apart; x: [kTokens][cols];
 //   y: [kTokens] rows y_stride apart
 template <std::size_t kGroups, std::size_t kTokens>
 inline void bf16_x16_group_tile(const std::uint32_t* first, std::size_t group_dwords,
                                 std::size_t cols, const float* x, float* y, std::size_t y_stride) {
   using V = VecF32;
-  constexpr std::size_t kParts = kBf16PanelRows / V::lanes, kSets = 2 / kParts,
-                        kChains = kParts == 1 ? 4 : 1;
-  // [group][token][part][chain: 2·set + (even, odd) with one part], zeros
-  typename V::Reg acc[kGroups][kTokens][kParts][kChains] = {};
-  const auto step = [&](std::size_t k, std::size_t set) {
+  constexpr std::size_t kParts = kBf16PanelRows / V::lanes;
+  typename V::Reg acc[kGroups][kTokens][kParts] = {};  // zeros
+  for (std::size_t k = 0; k < cols / 2; ++k)
     _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g) {
-      if constexpr (kChains == 1 && kTokens == 1)
+      if constexpr (kTokens == 1)
         __builtin_prefetch(first + g * group_dwords + (k + 32) * kBf16PanelRows);
       _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part) {
         typename V::Reg even, odd;
         V::load_bf16_pairs(first + g * group_dwords + k * kBf16PanelRows + part * V::lanes, even,
                            odd);
         _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j) {
-          auto& a_even = acc[g][j][part][kChains == 1 ? 0 : 2 * set];
-          a_even = V::fma(even, V::set1(x[j * cols + 2 * k]), a_even);
-          auto& a_odd = acc[g][j][part][kChains == 1 ? 0 : 2 * set + 1];
-          a_odd = V::fma(odd, V::set1(x[j * cols + 2 * k + 1]), a_odd);
+          auto& a = acc[g][j][part];
+          a = V::fma(odd, V::set1(x[j * cols + 2 * k + 1]),
+                     V::fma(even, V::set1(x[j * cols + 2 * k]), a));
         }
       }
     }
-  };
-  const std::size_t pairs = cols / 2;
-  std::size_t k = 0;
-  if constexpr (kSets == 2)
-    for (; k + 2 <= pairs; k += 2) step(k, 0), step(k + 1, 1);
-  for (; k < pairs; ++k) step(k, 0);
   _Pragma("GCC unroll 2") for (std::size_t g = 0; g < kGroups; ++g)
       _Pragma("GCC unroll 4") for (std::size_t j = 0; j < kTokens; ++j)
-          _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part) {
-    const auto& a = acc[g][j][part];
-    typename V::Reg sum = a[0];
-    if constexpr (kChains == 4) sum = V::add(V::add(a[0], a[1]), V::add(a[2], a[3]));
-    V::store(y + j * y_stride + g * kBf16PanelRows + part * V::lanes, sum);
-  }
+          _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kParts; ++part)
+              V::store(y + j * y_stride + g * kBf16PanelRows + part * V::lanes, acc[g][j][part]);
 }
 
 // Batches on two-register ISAs (AVX2), where four tokens' chains beside a column pair's two
@@ -127,12 +114,16 @@ inline void bf16_x16_groups(const std::uint32_t* first, std::size_t groups, std:
 #endif
 
 // w: bf16_x16 panels of a [rows][cols] matrix, x: [n_tokens][cols], y: [n_tokens][rows]; rows
-// [row_begin, row_end), any range. scratch holds one group in the file's layout, [16][cols]:
-// rows of a group the range cuts (and every group on the scalar twin) are copied back to it and
-// run the row-major tiles.
-inline void matmul_bf16_x16(const void* weights, std::size_t rows, std::size_t cols, const float* x,
-                            std::size_t n_tokens, float* y, std::size_t row_begin,
-                            std::size_t row_end, void* scratch) {
+// [row_begin, row_end), any range. With AVX-512, kFloatPackedMinTokens tokens or more run the
+// F32 panels' GEMM on the pairs widened (gemm_float_panels), reading `packed` (x as its token
+// panels, pack_float_token_groups) or, where it is nullptr, packing per chunk into scratch; in the
+// order of bf16_x16_group_tile, which the rest take. scratch also holds one group in the file's
+// layout, [16][cols]: rows of a group the range cuts (and every group on the scalar twin) are
+// copied back to it and run the row-major tiles.
+inline void matmul_bf16_x16_exact_packed(const void* weights, std::size_t rows, std::size_t cols,
+                                         const float* x, [[maybe_unused]] const void* packed,
+                                         std::size_t n_tokens, float* y, std::size_t row_begin,
+                                         std::size_t row_end, void* scratch) {
   const auto* panels = static_cast<const std::uint32_t*>(weights);
   const std::size_t group_dwords = bf16_x16_group_dwords(cols);
   bf16* const group_rows = static_cast<bf16*>(scratch);
@@ -142,6 +133,12 @@ inline void matmul_bf16_x16(const void* weights, std::size_t rows, std::size_t c
                      hi);
   };
   const auto whole_groups = [&](std::size_t first, std::size_t groups) {
+#if HLLM_ISA_LEVEL == 2
+    if (n_tokens >= kFloatPackedMinTokens)
+      return gemm_float_panels(static_cast<const bf16*>(weights), rows, cols, x,
+                               static_cast<const float*>(packed), n_tokens, y, first, groups,
+                               scratch);
+#endif
 #if HLLM_ISA_LEVEL >= 1
     bf16_x16_groups(panels + first / kBf16PanelRows * group_dwords, groups, rows, cols, x, n_tokens,
                     y + first);
@@ -152,4 +149,10 @@ inline void matmul_bf16_x16(const void* weights, std::size_t rows, std::size_t c
   };
   static_assert(kBf16PanelRows == 16, "split_at_groups splits at 16-row groups");
   split_at_groups(row_begin, row_end, cut_group, whole_groups);
+}
+inline void matmul_bf16_x16(const void* weights, std::size_t rows, std::size_t cols, const float* x,
+                            std::size_t n_tokens, float* y, std::size_t row_begin,
+                            std::size_t row_end, void* scratch) {
+  matmul_bf16_x16_exact_packed(weights, rows, cols, x, nullptr, n_tokens, y, row_begin, row_end,
+                               scratch);
 }

@@ -106,6 +106,24 @@ inline __m512 load_panel_column(const f16* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// n columns (n even for bf16) of one 16-row group's panel from `panel` as floats, column after
+// column: F16 panels column by column; BF16 pair panels (core/bf16_panels.hpp), whose n columns
+// are the same n·16 elements from the same offset, a column pair per register (even and odd
+// columns, exactly).   out: [n][16]
+inline void widen_panel_columns(const f16* panel, std::size_t n, float* out) {
+  for (std::size_t i = 0; i < n * kFloatPanelRows; i += 16)
+    _mm512_store_ps(out + i, load_panel_column(panel + i));
+}
+inline void widen_panel_columns(const bf16* panel, std::size_t n, float* out) {
+  const auto* pairs = reinterpret_cast<const std::uint32_t*>(panel);
+  for (std::size_t k = 0; k < n / 2; ++k) {
+    __m512 even, odd;
+    VecF32::load_bf16_pairs(pairs + k * kBf16PanelRows, even, odd);
+    _mm512_store_ps(out + 32 * k, even);
+    _mm512_store_ps(out + 32 * k + 16, odd);
+  }
+}
+
 // y[j][0..16·kPanels) (+)= [panel 0; panel 1] · x[j][0..n) for the `count` <= 8 tokens
 // x[first .. first + count) of one xpanel group: with two panels each broadcast feeds two FMAs
 // (one load per 1.6 FMAs instead of one per FMA with one panel and 16 tokens); one panel takes
@@ -174,7 +192,9 @@ inline void pack_float_token_groups(const float* x, std::size_t cols, std::size_
 }
 
 // Rows [row_begin, row_begin + 16·groups) of y: [n_tokens][rows] for 16-row panels P:
-// [rows/16][cols][16] (core/float_panels.hpp), read in place. The token panels are read from
+// [rows/16][cols][16] (core/float_panels.hpp; P = bf16: the pair panels of core/bf16_panels.hpp,
+// the same element offsets per group and column chunk), F32 read in place, F16 and BF16 widened
+// once per chunk (widen_panel_columns). The token panels are read from
 // `packed` (pack_float_token_groups, once per operation for every chunk) or, where it is
 // nullptr, packed per token chunk into the caller's scratch (kFloatTokenChunk · kFloatPanelCols
 // floats, 64-byte aligned).
@@ -182,7 +202,7 @@ template <class P>
 inline void gemm_float_panels(const P* panels, std::size_t rows, std::size_t cols, const float* x,
                               const float* packed, std::size_t n_tokens, float* y,
                               std::size_t row_begin, std::size_t groups, void* scratch) {
-  // F16 panels as floats: [2][kFloatPanelCols][16] (unused for F32, read in place).
+  // F16 and BF16 panels as floats: [2][kFloatPanelCols][16] (unused for F32, read in place).
   alignas(64) float widened[std::is_same_v<P, float> ? 1 : 2]
                            [std::is_same_v<P, float> ? 16 : kFloatPanelCols * kFloatPanelRows];
   for (std::size_t t0 = 0; t0 < n_tokens; t0 += kFloatTokenChunk) {
@@ -210,8 +230,7 @@ inline void gemm_float_panels(const P* panels, std::size_t rows, std::size_t col
           if constexpr (std::is_same_v<P, float>) {
             panel_of[p] = panel;
           } else {  // widened once per chunk, not once per token tile
-            for (std::size_t i = 0; i < n * kFloatPanelRows; i += 16)
-              _mm512_store_ps(widened[p] + i, load_panel_column(panel + i));
+            widen_panel_columns(panel, n, widened[p]);
             panel_of[p] = widened[p];
           }
         }

@@ -232,7 +232,7 @@ inline RepackPlan repack_plan(Repack mode, const kernels::KernelTable& table,
     case Repack::always: plan = RepackPlan::all(true); break;
     case Repack::never: return plan;
   }
-  plan.f16_as_bf16 = f16_as_bf16 && table.matmul_bf16_x16_dot != nullptr;
+  plan.f16_as_bf16 = f16_as_bf16 && table.preferred_bf16_dot() != nullptr;
   return plan;
 }
 

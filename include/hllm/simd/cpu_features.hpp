@@ -25,7 +25,16 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // vdpbf16ps, vcvtne2ps2bf16
   bool avx512_vnni = false;  // vpdpbusd
   bool avx_vnni = false;     // the VEX-encoded vpdpbusd (Alder Lake and later)
+  bool amd = false;          // CPUID's vendor is "AuthenticAMD"
 };
+
+// Whether vdpbf16ps outruns the FP32 FMA: AMD's AVX512-BF16 cores (Zen 4, Zen 5) issue it at the
+// FMA's rate with twice its multiply-adds per lane, Intel's (Sapphire and Emerald Rapids) at half
+// that rate, so there an exact FP32 GEMM on BF16 weights widened to float is the faster
+// (docs/performance.md, "BF16 prompts on Intel").
+constexpr bool bf16_dot_outruns_fma(const CpuFeatures& f) noexcept {
+  return f.avx512_bf16 && f.amd;
+}
 
 namespace detail {
 
@@ -33,6 +42,8 @@ inline CpuFeatures read_cpu_features() noexcept {
   CpuFeatures f;
 #if HLLM_X86
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx))  // "AuthenticAMD" in ebx, edx, ecx
+    f.amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
   const bool osxsave = (ecx >> 27) & 1;
   const bool avx = (ecx >> 28) & 1;
