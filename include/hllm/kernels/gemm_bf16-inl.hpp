@@ -14,7 +14,8 @@
 // layout takes the float-activation tiles for every token count). This path is the fast path
 // only: the rounding of activations to 8 significant bits costs precision (the fixtures' bf16
 // rms error is no larger than llama.cpp's, which rounds the same way), so the table lists it
-// apart from matmul_bf16_x16 and SessionOptions::exact never takes it.
+// apart from matmul_bf16_x16 and SessionOptions::exact never takes it; nor does any session
+// where vdpbf16ps issues at half the FMA's rate (Intel's cores: KernelTable::bf16_dot_preferred).
 
 // The panel and token-chunk sizes (kBf16PanelPairs, kBf16TokenChunk) are in kernels/scratch.hpp,
 // which sizes the token panel's scratch: a chunk's token panel is 256 KiB (L2).

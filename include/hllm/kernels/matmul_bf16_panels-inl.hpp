@@ -5,8 +5,9 @@
 // On the vector ISAs a whole group is read as it lies: a 64-byte line holds one column pair of 16
 // rows (one zmm, two ymm), the even column's bf16 values become floats by a 16-bit shift and the
 // odd column's by a mask, and FMAs with broadcast activations accumulate 16 rows' outputs in
-// the lanes. The scalar twin, and rows of a range that starts or ends inside a group, copy the
-// group's rows back to the file's layout and run the row-major tiles.
+// the lanes; AVX-512 prefill widens a chunk of columns once and runs the F32 panels' GEMM. The
+// scalar twin, and rows of a range that starts or ends inside a group, copy the group's rows
+// back to the file's layout and run the row-major tiles.
 
 #if HLLM_ISA_LEVEL >= 1
 // y[j][16g .. 16g + 16) = group g · x[j] for kGroups consecutive groups and kTokens tokens,
