@@ -1298,8 +1298,10 @@ void check_float_token_panels(hllm::DType type) {
   const auto& table = hllm::kernels::table_for(Isa::avx512);
   const hllm::kernels::PackedMatmulFn packed_fn = table.kernels_for(type).packed;
   ASSERT_NE(packed_fn, nullptr);
-  constexpr unsigned kOdd = std::is_same_v<W, hllm::bf16> ? 258u : 257u;  // BF16 pairs: even
-  for (auto [rows, cols, n] : {std::tuple{32u, 600u, 530u}, {96u, kOdd, 40u}, {64u, 300u, 33u}}) {
+  // A width ending one past a column block (BF16: a pair past it, pair panels need even widths).
+  constexpr unsigned kRagged = std::is_same_v<W, hllm::bf16> ? 258u : 257u;
+  for (auto [rows, cols, n] :
+       {std::tuple{32u, 600u, 530u}, {96u, kRagged, 40u}, {64u, 300u, 33u}}) {
     const auto w = to_type<W>(hllm::test::random_vector(rows * cols, rows + cols));
     const auto x = hllm::test::random_vector(n * cols, n + 1);
     const hllm::WeightTensor file{hllm::WeightTensor::dtype_of<W>(), w.data(), rows, cols, "w"};

@@ -60,23 +60,15 @@ inline void bf16_x16_group_tile(const std::uint32_t* first, std::size_t group_dw
 inline void bf16_x16_widened_chunks(const std::uint32_t* first, std::size_t groups,
                                     std::size_t rows, std::size_t cols, const float* x,
                                     std::size_t n_tokens, float* y) {
-  using V = VecF32;
   static_assert(kFloatPanelCols % 2 == 0, "chunks hold whole column pairs");
   alignas(64) float widened[kFloatPanelCols][kBf16PanelRows];
   const std::size_t group_dwords = bf16_x16_group_dwords(cols);
   for (std::size_t c0 = 0; c0 < cols; c0 += kFloatPanelCols) {
     const std::size_t n = std::min(kFloatPanelCols, cols - c0);
     for (std::size_t g = 0; g < groups; ++g) {
-      for (std::size_t k = 0; k < n / 2; ++k)
-        _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kBf16PanelRows / V::lanes;
-                                     ++part) {
-          typename V::Reg even, odd;
-          V::load_bf16_pairs(
-              first + g * group_dwords + (c0 / 2 + k) * kBf16PanelRows + part * V::lanes, even,
-              odd);
-          V::store(widened[2 * k] + part * V::lanes, even);
-          V::store(widened[2 * k + 1] + part * V::lanes, odd);
-        }
+      widen_panel_columns(
+          reinterpret_cast<const bf16*>(first + g * group_dwords + c0 / 2 * kBf16PanelRows), n,
+          &widened[0][0]);
       float* const out = y + g * kBf16PanelRows;
       for_token_tiles<kFloatBatchTokens>(n_tokens, [&](auto k_tokens, std::size_t t) {
         for (std::size_t j = t + k_tokens(); j < std::min(t + 2 * k_tokens(), n_tokens); ++j)

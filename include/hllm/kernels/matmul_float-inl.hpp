@@ -42,6 +42,24 @@ inline void matmul_tile(const W* w, std::size_t cols, const float* x, float* y,
           V::sum(acc[i][j]);
 }
 
+#if HLLM_ISA_LEVEL >= 1
+// n columns (n even) of one 16-row group's BF16 pair panel (core/bf16_panels.hpp) from `panel`
+// as floats, column after column: a pair's even column by a 16-bit shift, its odd column by a
+// mask, exactly; AVX-512's GEMM (gemm_float_panels) and AVX2's batches (bf16_x16_widened_chunks)
+// widen a chunk so.   out: [n][16]
+inline void widen_panel_columns(const bf16* panel, std::size_t n, float* out) {
+  using V = VecF32;
+  const auto* pairs = reinterpret_cast<const std::uint32_t*>(panel);
+  for (std::size_t k = 0; k < n / 2; ++k)
+    _Pragma("GCC unroll 2") for (std::size_t part = 0; part < kBf16PanelRows / V::lanes; ++part) {
+      typename V::Reg even, odd;
+      V::load_bf16_pairs(pairs + k * kBf16PanelRows + part * V::lanes, even, odd);
+      V::store(out + 32 * k + part * V::lanes, even);
+      V::store(out + 32 * k + 16 + part * V::lanes, odd);
+    }
+}
+#endif
+
 #if HLLM_ISA_LEVEL == 2
 // Prefill on AVX-512: packed 16-row panels, the float twin of gemm_panels-inl.hpp. A panel holds
 // kFloatPanelCols columns of 16 weight rows transposed and widened to float32 (panel[c] lane r
@@ -106,22 +124,11 @@ inline __m512 load_panel_column(const f16* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// n columns (n even for bf16) of one 16-row group's panel from `panel` as floats, column after
-// column: F16 panels column by column; BF16 pair panels (core/bf16_panels.hpp), whose n columns
-// are the same n·16 elements from the same offset, a column pair per register (even and odd
-// columns, exactly).   out: [n][16]
+// n columns of one 16-row group's F16 panel from `panel` as floats (widen_panel_columns' BF16
+// twin is above).   out: [n][16]
 inline void widen_panel_columns(const f16* panel, std::size_t n, float* out) {
   for (std::size_t i = 0; i < n * kFloatPanelRows; i += 16)
     _mm512_store_ps(out + i, load_panel_column(panel + i));
-}
-inline void widen_panel_columns(const bf16* panel, std::size_t n, float* out) {
-  const auto* pairs = reinterpret_cast<const std::uint32_t*>(panel);
-  for (std::size_t k = 0; k < n / 2; ++k) {
-    __m512 even, odd;
-    VecF32::load_bf16_pairs(pairs + k * kBf16PanelRows, even, odd);
-    _mm512_store_ps(out + 32 * k, even);
-    _mm512_store_ps(out + 32 * k + 16, odd);
-  }
 }
 
 // y[j][0..16·kPanels) (+)= [panel 0; panel 1] · x[j][0..n) for the `count` <= 8 tokens
